@@ -1,0 +1,39 @@
+"""Typed failures. The CLI maps each to one line and an exit code in one place (cli.py)."""
+
+from __future__ import annotations
+
+
+class SpeechlensError(Exception):
+    """Base class: a failure we can explain to the user in one line."""
+
+    exit_code = 1
+
+
+class UsageError(SpeechlensError):
+    """The command line or API call asked for something impossible."""
+
+    exit_code = 2
+
+
+class ModelNotFoundError(SpeechlensError):
+    """No checkpoint at the given path, or not cached and not downloadable."""
+
+
+class CheckpointFormatError(SpeechlensError):
+    """The checkpoint file is truncated, not safetensors, or otherwise unreadable."""
+
+
+class IncompatibleModelError(SpeechlensError):
+    """The checkpoint reads fine but does not match the RE-USE architecture."""
+
+
+class ChecksumMismatchError(SpeechlensError):
+    """A downloaded or cached file does not have the pinned sha256."""
+
+
+class AudioInputError(SpeechlensError):
+    """The input audio cannot be enhanced (unreadable, empty, bad rate, NaN, too short)."""
+
+
+class OutputError(SpeechlensError):
+    """The output cannot be written where asked."""

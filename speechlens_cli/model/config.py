@@ -1,0 +1,118 @@
+"""Model configuration, read from the checkpoint's config.json."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from ..errors import IncompatibleModelError
+
+SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
+MIN_SAMPLE_RATE = 8000
+MAX_SAMPLE_RATE = 192000
+
+
+def _make_even(value: int) -> int:
+    return value + 1 if value % 2 else value
+
+
+@dataclass(frozen=True)
+class StftParams:
+    n_fft: int
+    hop: int
+    win: int
+
+    @property
+    def n_bins(self) -> int:
+        return self.n_fft // 2 + 1
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    num_tfmamba: int = 30
+    hid_feature: int = 64
+    d_state: int = 16
+    d_conv: int = 4
+    expand: int = 4
+    input_channel: int = 2
+    output_channel: int = 1
+    norm_epsilon: float = 1e-5
+    compress_factor: str = "relu_log1p"
+    n_fft: int = 320
+    hop_size: int = 40
+    win_size: int = 320
+    sampling_rate: int = 8000
+    sfi: bool = True
+
+    @property
+    def d_inner(self) -> int:
+        return self.expand * self.hid_feature
+
+    @property
+    def dt_rank(self) -> int:
+        return math.ceil(self.hid_feature / 16)
+
+    @classmethod
+    def from_dict(cls, cfg: dict) -> "ModelConfig":
+        """Build from config.json ({"model_cfg": ..., "stft_cfg": ...}), rejecting absurd sizes."""
+        if not isinstance(cfg, dict) or not isinstance(cfg.get("model_cfg"), dict):
+            raise IncompatibleModelError("config.json has no 'model_cfg' object")
+        model_cfg = cfg["model_cfg"]
+        stft_cfg = cfg.get("stft_cfg") or {}
+        if not isinstance(stft_cfg, dict):
+            raise IncompatibleModelError("config.json 'stft_cfg' is not an object")
+        defaults = cls()
+        values = {}
+        for name, section in (
+            ("num_tfmamba", model_cfg), ("hid_feature", model_cfg), ("d_state", model_cfg),
+            ("d_conv", model_cfg), ("expand", model_cfg), ("input_channel", model_cfg),
+            ("output_channel", model_cfg), ("n_fft", stft_cfg), ("hop_size", stft_cfg),
+            ("win_size", stft_cfg), ("sampling_rate", stft_cfg),
+        ):
+            raw = section.get(name, getattr(defaults, name))
+            if isinstance(raw, bool) or not isinstance(raw, int):
+                raise IncompatibleModelError(f"config.json {name} must be an integer, got {raw!r}")
+            values[name] = raw
+        values["norm_epsilon"] = float(model_cfg.get("norm_epsilon", defaults.norm_epsilon))
+        values["compress_factor"] = model_cfg.get("compress_factor", defaults.compress_factor)
+        values["sfi"] = bool(stft_cfg.get("sfi", defaults.sfi))
+        config = cls(**values)
+        config.check()
+        return config
+
+    def check(self) -> None:
+        """Reject configurations this implementation cannot run, before anything is allocated."""
+        limits = {
+            "num_tfmamba": (1, 64), "hid_feature": (1, 512), "expand": (1, 16),
+            "n_fft": (16, 65536), "hop_size": (1, 65536), "win_size": (16, 65536),
+            "sampling_rate": (1000, MAX_SAMPLE_RATE),
+        }
+        for name, (low, high) in limits.items():
+            value = getattr(self, name)
+            if not low <= value <= high:
+                raise IncompatibleModelError(
+                    f"config.json {name}={value} is outside the supported range {low}..{high}"
+                )
+        fixed = {"d_state": 16, "d_conv": 4, "input_channel": 2, "output_channel": 1}
+        for name, required in fixed.items():
+            if getattr(self, name) != required:
+                raise IncompatibleModelError(
+                    f"config.json {name}={getattr(self, name)}: speechlens requires {required}"
+                )
+        if self.compress_factor != "relu_log1p":
+            raise IncompatibleModelError(
+                f"config.json compress_factor={self.compress_factor!r}: only 'relu_log1p' is supported"
+            )
+        if self.win_size != self.n_fft:
+            raise IncompatibleModelError("config.json win_size must equal n_fft")
+
+    def stft_params(self, sample_rate: int) -> StftParams:
+        """The per-rate STFT rule: scale the base sizes, floor, then round odd values up."""
+        if not self.sfi:
+            if sample_rate != self.sampling_rate:
+                raise IncompatibleModelError(
+                    f"this model runs only at {self.sampling_rate} Hz (sfi is false)"
+                )
+            return StftParams(self.n_fft, self.hop_size, self.win_size)
+        scale = lambda base: _make_even(base * sample_rate // self.sampling_rate)  # noqa: E731
+        return StftParams(scale(self.n_fft), scale(self.hop_size), scale(self.win_size))
