@@ -1,0 +1,282 @@
+"""Find, download, validate and load RE-USE checkpoints (official PyTorch layout, no torch).
+
+Validation reads only the safetensors header and config.json, so a wrong or damaged file is
+rejected with a typed error before any tensor is allocated or any model is built.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+
+from .errors import (
+    CheckpointFormatError,
+    ChecksumMismatchError,
+    IncompatibleModelError,
+    ModelNotFoundError,
+)
+from .model.config import ModelConfig
+from .model.layout import expected_shapes
+from .model.semamba import SEMamba
+
+DEFAULT_REPO = "nvidia/RE-USE"
+#: The revision and checksum SpeechLens verified against; other revisions are not pinned.
+PINNED_REVISION = "fe51d6495e49a1b7c28ef6e3a43820f841c944fc"
+PINNED_SHA256 = "87a4a970ce9aa79d5d92e71899ab034defcf13d93e5e4393ec0dc7db6d4ec048"
+WEIGHTS_FILE = "model.safetensors"
+CONFIG_FILE = "config.json"
+MODEL_ENV = "SPEECHLENS_MODEL"
+LICENSE_NOTE = (
+    "RE-USE weights are NVIDIA's, under the NVIDIA One-Way Noncommercial License (NSCLv1): "
+    "non-commercial research or evaluation only."
+)
+
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+_DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2,
+                "I8": 1, "U8": 1, "BOOL": 1}
+_OPTIONAL_PREFIXES = ("model.", "SEMamba.")
+_REPO_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+
+
+@dataclass(frozen=True)
+class CheckpointFiles:
+    weights: Path
+    config: Path | None
+    source: str
+    expected_sha256: str | None = None
+
+
+@dataclass(frozen=True)
+class TensorEntry:
+    dtype: str
+    shape: tuple[int, ...]
+    start: int
+    end: int
+
+
+@dataclass(frozen=True)
+class CheckpointReport:
+    source: str
+    weights: Path
+    config: ModelConfig
+    tensor_count: int
+    parameter_count: int
+    sha256: str
+
+
+# --------------------------------------------------------------------------- locating files
+
+def resolve(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointFiles:
+    """A local directory, a .safetensors file, or a Hugging Face repo id -> the files to load.
+
+    `None` means $SPEECHLENS_MODEL, else the pinned nvidia/RE-USE. The Hugging Face cache is
+    tried first, so a cached model never touches the network.
+    """
+    if spec is None or str(spec) == "":
+        spec = os.environ.get(MODEL_ENV) or DEFAULT_REPO
+    path = Path(spec).expanduser()
+    if path.is_dir():
+        weights = path / WEIGHTS_FILE
+        if not weights.is_file():
+            raise ModelNotFoundError(f"{path}: no {WEIGHTS_FILE} in this folder")
+        config = path / CONFIG_FILE
+        return CheckpointFiles(weights, config if config.is_file() else None, str(path))
+    if path.is_file():
+        config = path.with_name(CONFIG_FILE)
+        return CheckpointFiles(path, config if config.is_file() else None, str(path))
+    text = str(spec)
+    if path.suffix in (".safetensors", ".json") or text.startswith((".", "/", "~")) \
+            or not _REPO_ID.match(text):
+        raise ModelNotFoundError(f"{text}: no such checkpoint file or folder")
+    return _from_hub(text, download=download)
+
+
+def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
+    from huggingface_hub import hf_hub_download
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    pinned = repo_id == DEFAULT_REPO
+    revision = PINNED_REVISION if pinned else None
+    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    paths = {}
+    for name in (WEIGHTS_FILE, CONFIG_FILE):
+        try:
+            paths[name] = hf_hub_download(repo_id, name, revision=revision, local_files_only=True)
+            continue
+        except (LocalEntryNotFoundError, FileNotFoundError, OSError):
+            pass
+        if not download or offline:
+            raise ModelNotFoundError(
+                f"{repo_id} is not in the Hugging Face cache"
+                + (" and HF_HUB_OFFLINE is set" if offline else "")
+                + f": run `speechlens models pull {repo_id}` where the hub is reachable, "
+                "or pass a local copy with --model PATH"
+            )
+        try:
+            paths[name] = hf_hub_download(repo_id, name, revision=revision)
+        except Exception as error:  # network, auth, missing repo: all one message
+            raise ModelNotFoundError(
+                f"could not download {name} from {repo_id} ({type(error).__name__}): "
+                "check the network or pass a local copy with --model PATH"
+            ) from None
+    return CheckpointFiles(
+        Path(paths[WEIGHTS_FILE]), Path(paths[CONFIG_FILE]),
+        f"{repo_id}@{revision or 'main'}", PINNED_SHA256 if pinned else None,
+    )
+
+
+# --------------------------------------------------------------------------- validation
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
+    """Parse and bounds-check a safetensors header; returns the entries and the data offset."""
+    size = path.stat().st_size
+    with open(path, "rb") as handle:
+        prefix = handle.read(8)
+        if len(prefix) < 8:
+            raise CheckpointFormatError(f"{path}: not a safetensors file (only {size} bytes)")
+        header_len = int.from_bytes(prefix, "little")
+        if header_len > min(size - 8, _MAX_HEADER_BYTES):
+            raise CheckpointFormatError(
+                f"{path}: not a safetensors file or truncated (header claims {header_len} bytes, "
+                f"file has {size})"
+            )
+        raw = handle.read(header_len)
+    try:
+        header = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise CheckpointFormatError(f"{path}: not a safetensors file (header is not JSON)") from None
+    if not isinstance(header, dict):
+        raise CheckpointFormatError(f"{path}: not a safetensors file (header is not an object)")
+    data_start = 8 + header_len
+    entries: dict[str, TensorEntry] = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            dtype, shape, (start, end) = info["dtype"], tuple(info["shape"]), info["data_offsets"]
+            if not all(isinstance(v, int) and v >= 0 for v in (*shape, start, end)):
+                raise TypeError
+        except (TypeError, KeyError, ValueError):
+            raise CheckpointFormatError(f"{path}: malformed header entry for {name!r}") from None
+        width = _DTYPE_BYTES.get(dtype)
+        if width is None or end - start != width * math.prod(shape) or start > end:
+            raise CheckpointFormatError(f"{path}: header entry {name!r} has inconsistent size")
+        if data_start + end > size:
+            raise CheckpointFormatError(
+                f"{path}: truncated ({size} bytes, tensor {name!r} ends at byte {data_start + end})"
+            )
+        entries[name] = TensorEntry(dtype, shape, start, end)
+    return entries, data_start
+
+
+def _canonical_name(name: str) -> str:
+    for prefix in _OPTIONAL_PREFIXES:
+        if name.startswith(prefix):
+            return name[len(prefix):]
+    return name
+
+
+def check_layout(entries: dict[str, TensorEntry], cfg: ModelConfig, source: str) -> None:
+    """Exact key set, every shape, float32: the architecture the model and kernels require."""
+    found = {_canonical_name(k): v for k, v in entries.items()}
+    expected = expected_shapes(cfg)
+    missing = [k for k in expected if k not in found]
+    extra = sorted(k for k in found if k not in expected)
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise IncompatibleModelError(f"{source}: missing tensor {missing[0]}{more}")
+    if extra:
+        more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        raise IncompatibleModelError(f"{source}: unexpected tensor {extra[0]}{more}")
+    for name, shape in expected.items():
+        entry = found[name]
+        if entry.shape != shape:
+            raise IncompatibleModelError(
+                f"{source}: tensor {name} has shape {list(entry.shape)}, expected {list(shape)}"
+            )
+        if entry.dtype != "F32":
+            raise IncompatibleModelError(
+                f"{source}: tensor {name} is {entry.dtype}, expected F32"
+            )
+
+
+def _read_config(files: CheckpointFiles) -> ModelConfig:
+    if files.config is None:
+        return ModelConfig()
+    try:
+        raw = json.loads(files.config.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise IncompatibleModelError(f"{files.config}: unreadable config.json ({error})") from None
+    return ModelConfig.from_dict(raw)
+
+
+def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointReport:
+    """Everything `models verify` reports; raises the typed error of the first problem found."""
+    files = resolve(spec, download=download)
+    cfg = _read_config(files)
+    entries, _ = read_header(files.weights)
+    check_layout(entries, cfg, files.source)
+    digest = file_sha256(files.weights)
+    if files.expected_sha256 and digest != files.expected_sha256:
+        raise ChecksumMismatchError(
+            f"{files.weights}: sha256 {digest[:12]}... does not match the pinned "
+            f"{files.expected_sha256[:12]}... (a partial or altered download): delete it and run "
+            "`speechlens models pull`"
+        )
+    parameters = sum(math.prod(e.shape) for e in entries.values())
+    return CheckpointReport(files.source, files.weights, cfg, len(entries), parameters, digest)
+
+
+# --------------------------------------------------------------------------- loading
+
+def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """PyTorch layout -> MLX layout: Conv2d [O,I,kh,kw] -> [O,kh,kw,I]; Conv1d [C,1,K] -> [C,K,1]."""
+    converted = {}
+    for name, value in weights.items():
+        name = _canonical_name(name)
+        if value.ndim == 4:
+            value = value.transpose(0, 2, 3, 1)
+        elif value.ndim == 3:
+            value = value.transpose(0, 2, 1)
+        converted[name] = np.ascontiguousarray(value)
+    return converted
+
+
+def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=data_start)
+    return {
+        name: np.frombuffer(data[e.start:e.end], dtype="<f4").reshape(e.shape)
+        for name, e in entries.items()
+    }
+
+
+def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) -> SEMamba:
+    """Resolve, validate, convert and load a checkpoint into an evaluated SEMamba."""
+    report = inspect(spec, download=download)
+    entries, data_start = read_header(report.weights)
+    weights = sanitize(_read_tensors(report.weights, entries, data_start))
+    for name, value in weights.items():
+        if not np.isfinite(value).all():
+            raise IncompatibleModelError(f"{report.source}: tensor {name} has NaN or Inf values")
+    model = SEMamba(report.config)
+    model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
+    model.eval()
+    mx.eval(model.parameters())
+    model.source = report.source
+    return model

@@ -1,0 +1,65 @@
+"""Dense encoder and the magnitude / phase decoders (NHWC: [B, T, F, C])."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from .layers import DenseBlock, InstanceNorm, PReLU, SubPixelConv, conv_norm_act, run_sequence
+
+
+class DenseEncoder(nn.Module):
+    """[B, T, F, 2] -> [B, T', F', C] with T' = (T - 1)//4 + 1 and F' = (F - 3)//2 + 1."""
+
+    def __init__(self, in_channels: int, channels: int):
+        super().__init__()
+        self.dense_conv_1 = conv_norm_act(in_channels, channels, (1, 1))
+        self.dense_block = DenseBlock(channels)
+        self.dense_conv_2 = conv_norm_act(channels, channels, (1, 3), stride=(4, 2))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = run_sequence(self.dense_conv_1, x)
+        x = self.dense_block(x)
+        return run_sequence(self.dense_conv_2, x)
+
+
+def _swap_time_freq(x: mx.array) -> mx.array:
+    return x.transpose(0, 2, 1, 3)
+
+
+class _Decoder(nn.Module):
+    """Dense block, then upsample frequency x2 and time x4 with sub-pixel convs."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.dense_block = DenseBlock(channels)
+        self.up_conv1 = [SubPixelConv(channels, 2), InstanceNorm(channels), PReLU(channels)]
+        self.up_conv2 = [SubPixelConv(channels, 4), InstanceNorm(channels), PReLU(channels)]
+
+    def upsample(self, x: mx.array) -> mx.array:
+        x = run_sequence(self.up_conv1, self.dense_block(x))
+        return _swap_time_freq(run_sequence(self.up_conv2, _swap_time_freq(x)))
+
+
+class MagnitudeDecoder(_Decoder):
+    """Predicts the enhanced compressed magnitude directly (mapping, not a mask)."""
+
+    def __init__(self, channels: int, out_channels: int = 1):
+        super().__init__(channels)
+        self.final_conv = nn.Conv2d(channels, out_channels, (1, 1))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return self.final_conv(self.upsample(x))[..., 0]
+
+
+class PhaseDecoder(_Decoder):
+    """Predicts phase as atan2 of two 1x1-conv heads."""
+
+    def __init__(self, channels: int, out_channels: int = 1):
+        super().__init__(channels)
+        self.phase_conv_r = nn.Conv2d(channels, out_channels, (1, 1))
+        self.phase_conv_i = nn.Conv2d(channels, out_channels, (1, 1))
+
+    def __call__(self, x: mx.array) -> mx.array:
+        x = self.upsample(x)
+        return mx.arctan2(self.phase_conv_i(x), self.phase_conv_r(x))[..., 0]

@@ -1,0 +1,103 @@
+"""Small building blocks shared by the encoder and decoders (NHWC: [B, T, F, C])."""
+
+from __future__ import annotations
+
+import mlx.core as mx
+import mlx.nn as nn
+
+_SUM_BLOCK = 64
+
+
+def accurate_sum(x: mx.array, axis: int) -> mx.array:
+    """Sum along `axis` in blocks of 64, level by level.
+
+    MLX accumulates long float32 reductions with an error that grows with the element count
+    (spec model.md 1.9); summing in short blocks keeps it near the float32 floor on any backend.
+    """
+    x = mx.moveaxis(x, axis, -1)
+    while x.shape[-1] > _SUM_BLOCK:
+        remainder = x.shape[-1] % _SUM_BLOCK
+        if remainder:
+            x = mx.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, _SUM_BLOCK - remainder)])
+        x = x.reshape(*x.shape[:-1], -1, _SUM_BLOCK).sum(-1)
+    return x.sum(-1)
+
+
+class InstanceNorm(nn.Module):
+    """InstanceNorm2d(affine=True) over the T x F plane of each channel, accurate statistics."""
+
+    def __init__(self, channels: int, eps: float = 1e-5):
+        super().__init__()
+        self.weight = mx.ones((channels,))
+        self.bias = mx.zeros((channels,))
+        self.eps = eps
+
+    def __call__(self, x: mx.array) -> mx.array:
+        batch, height, width, channels = x.shape
+        count = height * width
+        flat = x.reshape(batch, count, channels)
+        mean = accurate_sum(flat, axis=1)[:, None, None, :] / count
+        centred = x - mean
+        var = accurate_sum((centred * centred).reshape(batch, count, channels), axis=1) / count
+        return centred * mx.rsqrt(var[:, None, None, :] + self.eps) * self.weight + self.bias
+
+
+class PReLU(nn.Module):
+    """PReLU with one slope per channel."""
+
+    def __init__(self, channels: int):
+        super().__init__()
+        self.weight = mx.full((channels,), 0.25)
+
+    def __call__(self, x: mx.array) -> mx.array:
+        return mx.maximum(x, 0.0) + self.weight * mx.minimum(x, 0.0)
+
+
+def conv_norm_act(
+    c_in: int, c_out: int, kernel: tuple[int, int], stride=1, padding=0, dilation=1
+) -> list[nn.Module]:
+    """Conv2d -> InstanceNorm -> PReLU as a list, so parameters are named `.0/.1/.2` like torch."""
+    return [
+        nn.Conv2d(c_in, c_out, kernel, stride=stride, padding=padding, dilation=dilation),
+        InstanceNorm(c_out),
+        PReLU(c_out),
+    ]
+
+
+def run_sequence(layers: list[nn.Module], x: mx.array) -> mx.array:
+    for layer in layers:
+        x = layer(x)
+    return x
+
+
+class DenseBlock(nn.Module):
+    """Four 3x3 CNA layers with time dilation 1, 2, 4, 8; each reads all earlier outputs."""
+
+    def __init__(self, channels: int, depth: int = 4):
+        super().__init__()
+        self.dense_block = [
+            conv_norm_act(channels * (i + 1), channels, (3, 3), padding=(2**i, 1),
+                          dilation=(2**i, 1))
+            for i in range(depth)
+        ]
+
+    def __call__(self, x: mx.array) -> mx.array:
+        skip = x
+        for layer in self.dense_block:
+            out = run_sequence(layer, skip)
+            skip = mx.concatenate([out, skip], axis=-1)
+        return out
+
+
+class SubPixelConv(nn.Module):
+    """SPConvTranspose2d: a (1,3) conv to r*C channels, then a sub-pixel shuffle along width."""
+
+    def __init__(self, channels: int, ratio: int):
+        super().__init__()
+        self.conv = nn.Conv2d(channels, channels * ratio, (1, 3), padding=(0, 1))
+        self.ratio = ratio
+
+    def __call__(self, x: mx.array) -> mx.array:
+        batch, height, width, channels = x.shape
+        y = self.conv(x)  # output channel k = rho * C + c lands at width index w * r + rho
+        return y.reshape(batch, height, width * self.ratio, channels)
