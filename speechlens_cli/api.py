@@ -68,3 +68,29 @@ def enhance(
     as_channels = array.reshape(frames, -1).astype(np.float32)
     out = enhance_channels(net, as_channels, int(sample_rate), strict)
     return out.reshape(array.shape)
+
+
+def enhance_file(
+    source: str | os.PathLike,
+    destination: str | os.PathLike,
+    *,
+    model: ModelSpec = None,
+    strict: bool = False,
+    overwrite: bool = False,
+) -> dict:
+    """Enhance one audio file into another with the same rate, channels, length and format."""
+    from . import audio as audio_io
+    from pathlib import Path
+
+    source, destination = Path(source), Path(destination)
+    if destination.exists() and destination.resolve() == source.resolve():
+        raise UsageError(f"{destination}: output would overwrite the input")
+    info = audio_io.read_info(source)
+    check_sample_rate(info.sample_rate)
+    with audio_io.atomic_output(destination, overwrite=overwrite) as temporary:
+        data, info = audio_io.read(source)
+        enhanced = enhance(data, info.sample_rate, model=model, strict=strict)
+        enhanced, clamped = audio_io.clamp_for_subtype(enhanced, info)
+        audio_io.write(temporary, enhanced, info)
+    return {"input": str(source), "output": str(destination), "frames": info.frames,
+            "sample_rate": info.sample_rate, "channels": info.channels, "clamped": clamped}
