@@ -106,10 +106,13 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
     pinned = repo_id == DEFAULT_REPO
     revision = PINNED_REVISION if pinned else None
     offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    # huggingface_hub reads HF_HUB_CACHE once at import; read it per call so it is always honoured.
+    cache_dir = os.environ.get("HF_HUB_CACHE") or None
     paths = {}
     for name in (WEIGHTS_FILE, CONFIG_FILE):
         try:
-            paths[name] = hf_hub_download(repo_id, name, revision=revision, local_files_only=True)
+            paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir,
+                                          local_files_only=True)
             continue
         except (LocalEntryNotFoundError, FileNotFoundError, OSError):
             pass
@@ -121,7 +124,7 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
                 "or pass a local copy with --model PATH"
             )
         try:
-            paths[name] = hf_hub_download(repo_id, name, revision=revision)
+            paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir)
         except Exception as error:  # network, auth, missing repo: all one message
             raise ModelNotFoundError(
                 f"could not download {name} from {repo_id} ({type(error).__name__}): "

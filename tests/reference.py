@@ -134,8 +134,15 @@ def _stft_complex(x: np.ndarray, n_fft: int, hop: int, win: int) -> np.ndarray:
     xp = _clamped_reflect_pad(x, n_fft // 2)
     t = 1 + n // hop
     idx = np.arange(t)[:, None] * hop + np.arange(n_fft)[None, :]
-    frames = xp[idx] * _window(n_fft, win)[None, :]
+    raw = xp[idx]
+    frames = raw * _window(n_fft, win)[None, :]
     spec = np.fft.rfft(frames, n=n_fft, axis=-1).T  # [F, T]
+    # A frame that is exactly symmetric about its centre sample has a real spectrum; its
+    # computed imaginary part is rounding noise whose sign would decide +-pi (model.md 1.8).
+    half = n_fft // 2
+    k = np.arange(1, half)
+    symmetric = np.all(raw[:, half + k] == raw[:, half - k], axis=1)
+    spec[:, symmetric] = spec[:, symmetric].real + 0.0j
     # torch gives an exact +0 imaginary part at DC and (even n_fft) Nyquist; make it explicit so
     # a negative real part there has phase +pi, deterministically.
     spec[0] = spec[0].real + 0.0j
