@@ -1,0 +1,388 @@
+// cpu_kernels.cpp -- speechlens' CPU kernels: the per-thread logic of sl_mamba.h (the same code
+// the Metal and CUDA kernels run) instantiated on SIMD groups of adjacent channels, spread over
+// CPU threads. Built by setup.py as speechlens_cli/_cpu_kernels*.so (or at run time by
+// speechlens_cli/kernels.py) and called through ctypes with a plain C ABI.
+//
+// Compile with: -O2/-O3 -std=c++17 -ffp-contract=off (no -ffast-math).
+//
+// ISA: AVX-512 (16 lanes), AVX2 (8 lanes) and baseline (4 lanes) versions are compiled side by
+// side with target attributes and picked at run time, so the library is portable across x86-64
+// machines; other architectures get the 4-lane version.
+
+#include "sl_backend_cpu.h"
+#include "sl_mamba.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstdint>
+#include <thread>
+#include <vector>
+
+#define SL_CPU_ABI_VERSION 1
+#define SL_NSTATE 16
+#define SL_SCAN_THREAD_ORDER 1  // flags bit: walk (batch, channel group) units as GPU threads do
+
+namespace {
+
+using sl_cpu::vf16;
+using sl_cpu::vf32;
+using sl_cpu::vf4;
+using sl_cpu::vf8;
+
+struct ConvArgs {
+  const float* x;
+  const float* w;
+  const float* bias;
+  float* out;
+  int64_t nb, length, channels;
+  int64_t sx[3], so[3], sw[2], sbias;
+};
+
+struct ScanArgs {
+  const float *u, *dt, *z, *Bm, *Cm, *A_log, *Dskip;
+  float* out;
+  int64_t nb, length, channels;
+  int64_t su[3], sdt[3], sz[3], so[3], sB[3], sC[3], sA[2], sD;
+  int strict;
+  int row_order;
+};
+
+// Work unit = (batch, group of W channels); the last group of a row may be partial and then
+// runs lane by lane with V = float.
+template <typename V>
+SL_FN void conv_units(const ConvArgs& a, int64_t begin, int64_t end) {
+  const int W = sl_cpu::traits<V>::lanes;
+  const int64_t groups = (a.channels + W - 1) / W;
+  for (int64_t unit = begin; unit < end; ++unit) {
+    const int64_t b = unit / groups;
+    const int64_t d0 = (unit % groups) * W;
+    const float* x = a.x + b * a.sx[0];
+    float* out = a.out + b * a.so[0];
+    if (d0 + W <= a.channels) {
+      sl_causal_conv1d_thread<V>(x + d0 * a.sx[2], a.sx[1], out + d0 * a.so[2], a.so[1],
+                                 a.w + d0 * a.sw[0], a.sw[1], a.sw[0], a.bias + d0 * a.sbias,
+                                 a.sbias, (int)a.length);
+    } else {
+      for (int64_t d = d0; d < a.channels; ++d) {
+        sl_causal_conv1d_thread<float>(x + d * a.sx[2], a.sx[1], out + d * a.so[2], a.so[1],
+                                       a.w + d * a.sw[0], a.sw[1], a.sw[0],
+                                       a.bias + d * a.sbias, a.sbias, (int)a.length);
+      }
+    }
+  }
+}
+
+template <typename V, bool STRICT>
+SL_FN void scan_one(const ScanArgs& a, int64_t b, int64_t d) {
+  sl_selective_scan_thread<STRICT, SL_NSTATE, V>(
+      a.u + b * a.su[0] + d * a.su[2], a.su[1], a.dt + b * a.sdt[0] + d * a.sdt[2], a.sdt[1],
+      a.z + b * a.sz[0] + d * a.sz[2], a.sz[1], a.out + b * a.so[0] + d * a.so[2], a.so[1],
+      a.Bm + b * a.sB[0], a.sB[1], a.sB[2], a.Cm + b * a.sC[0], a.sC[1], a.sC[2],
+      a.A_log + d * a.sA[0], a.sA[1], a.sA[0], a.Dskip + d * a.sD, a.sD, (int)a.length);
+}
+
+// Thread-order scan: unit = (batch, group of W channels) walks the whole sequence, exactly the
+// GPU per-thread function with V = W lanes.
+template <typename V, bool STRICT>
+SL_FN void scan_units(const ScanArgs& a, int64_t begin, int64_t end) {
+  const int W = sl_cpu::traits<V>::lanes;
+  const int64_t groups = (a.channels + W - 1) / W;
+  for (int64_t unit = begin; unit < end; ++unit) {
+    const int64_t b = unit / groups;
+    const int64_t d0 = (unit % groups) * W;
+    if (d0 + W <= a.channels) {
+      scan_one<V, STRICT>(a, b, d0);
+    } else {
+      for (int64_t d = d0; d < a.channels; ++d) scan_one<float, STRICT>(a, b, d);
+    }
+  }
+}
+
+// Row-order scan: for one batch row, every time step updates all channel groups before the
+// next step, so u/delta/z/out stream through memory row by row (1 KB rows at D = 256) instead
+// of one 64-byte column per row. The state of the whole row (D x 16 floats) stays in L1. Same
+// per-step arithmetic (sl_scan_* of sl_mamba.h); channels beyond the last full group use the
+// per-thread function lane by lane.
+template <typename V, bool STRICT>
+SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V* A, V* dskip) {
+  const int W = sl_cpu::traits<V>::lanes;
+  const int64_t G = a.channels / W;
+  for (int64_t g = 0; g < G; ++g) {
+    for (int n = 0; n < SL_NSTATE; ++n) {
+      A[g * SL_NSTATE + n] = sl_scan_A<STRICT>(
+          SL_LOAD_STRIDED(V, a.A_log + g * W * a.sA[0] + n * a.sA[1], a.sA[0]));
+    }
+    dskip[g] = SL_LOAD_STRIDED(V, a.Dskip + g * W * a.sD, a.sD);
+  }
+  for (int64_t b = b_begin; b < b_end; ++b) {
+    for (int64_t i = 0; i < G * SL_NSTATE; ++i) h[i] = SL_SPLAT(V, 0.0f);
+    const float* u = a.u + b * a.su[0];
+    const float* dt = a.dt + b * a.sdt[0];
+    const float* z = a.z + b * a.sz[0];
+    float* out = a.out + b * a.so[0];
+    const float* Bm = a.Bm + b * a.sB[0];
+    const float* Cm = a.Cm + b * a.sC[0];
+    for (int64_t t = 0; t < a.length; ++t) {
+      float bn[SL_NSTATE], cn[SL_NSTATE];
+      for (int n = 0; n < SL_NSTATE; ++n) {
+        bn[n] = Bm[n * a.sB[2]];
+        cn[n] = Cm[n * a.sC[2]];
+      }
+      int64_t g = 0;
+      // two channel groups per pass: their 2 x 16 independent state chains interleave in the
+      // instruction stream, which the out-of-order core needs to hide the exp latency
+      for (; g + 2 <= G; g += 2) {
+        V* h0 = h + g * SL_NSTATE;
+        V* h1 = h0 + SL_NSTATE;
+        const V* A0 = A + g * SL_NSTATE;
+        const V* A1 = A0 + SL_NSTATE;
+        const V u0 = SL_LOAD(V, u + g * W), u1 = SL_LOAD(V, u + g * W + W);
+        const V z0 = SL_LOAD(V, z + g * W), z1 = SL_LOAD(V, z + g * W + W);
+        const V d0 = sl_scan_delta<STRICT>(SL_LOAD(V, dt + g * W));
+        const V d1 = sl_scan_delta<STRICT>(SL_LOAD(V, dt + g * W + W));
+        V y0 = SL_SPLAT(V, 0.0f), y1 = SL_SPLAT(V, 0.0f);
+        if (STRICT) {
+          SL_UNROLL
+          for (int n = 0; n < SL_NSTATE; ++n) {
+            h0[n] = sl_scan_state_strict(h0[n], d0, u0, A0[n], bn[n]);
+            h1[n] = sl_scan_state_strict(h1[n], d1, u1, A1[n], bn[n]);
+            y0 = sl_scan_accumulate_strict(y0, h0[n], cn[n]);
+            y1 = sl_scan_accumulate_strict(y1, h1[n], cn[n]);
+          }
+          SL_STORE(out + g * W, sl_scan_output_strict(y0, dskip[g], u0, z0));
+          SL_STORE(out + g * W + W, sl_scan_output_strict(y1, dskip[g + 1], u1, z1));
+        } else {
+          const V du0 = d0 * u0, du1 = d1 * u1;
+          SL_UNROLL
+          for (int n = 0; n < SL_NSTATE; ++n) {
+            h0[n] = sl_scan_state_standard(h0[n], d0, du0, A0[n], bn[n]);
+            h1[n] = sl_scan_state_standard(h1[n], d1, du1, A1[n], bn[n]);
+            y0 = sl_scan_accumulate_standard(y0, h0[n], cn[n]);
+            y1 = sl_scan_accumulate_standard(y1, h1[n], cn[n]);
+          }
+          SL_STORE(out + g * W, sl_scan_output_standard(y0, dskip[g], u0, z0));
+          SL_STORE(out + g * W + W, sl_scan_output_standard(y1, dskip[g + 1], u1, z1));
+        }
+      }
+      for (; g < G; ++g) {
+        V* hg = h + g * SL_NSTATE;
+        const V* Ag = A + g * SL_NSTATE;
+        const V ut = SL_LOAD(V, u + g * W);
+        const V zt = SL_LOAD(V, z + g * W);
+        const V delta = sl_scan_delta<STRICT>(SL_LOAD(V, dt + g * W));
+        V y = SL_SPLAT(V, 0.0f);
+        if (STRICT) {
+          SL_UNROLL
+          for (int n = 0; n < SL_NSTATE; ++n) {
+            hg[n] = sl_scan_state_strict(hg[n], delta, ut, Ag[n], bn[n]);
+            y = sl_scan_accumulate_strict(y, hg[n], cn[n]);
+          }
+          SL_STORE(out + g * W, sl_scan_output_strict(y, dskip[g], ut, zt));
+        } else {
+          const V du = delta * ut;
+          SL_UNROLL
+          for (int n = 0; n < SL_NSTATE; ++n) {
+            hg[n] = sl_scan_state_standard(hg[n], delta, du, Ag[n], bn[n]);
+            y = sl_scan_accumulate_standard(y, hg[n], cn[n]);
+          }
+          SL_STORE(out + g * W, sl_scan_output_standard(y, dskip[g], ut, zt));
+        }
+      }
+      u += a.su[1];
+      dt += a.sdt[1];
+      z += a.sz[1];
+      out += a.so[1];
+      Bm += a.sB[1];
+      Cm += a.sC[1];
+    }
+    for (int64_t d = G * W; d < a.channels; ++d) scan_one<float, STRICT>(a, b, d);
+  }
+}
+
+template <typename V, bool STRICT>
+SL_FN void scan_rows_alloc(const ScanArgs& a, int64_t b_begin, int64_t b_end) {
+  const int W = sl_cpu::traits<V>::lanes;
+  const int64_t G = a.channels / W;
+  // 64-byte aligned scratch (std::vector of over-aligned vector types is not reliable here)
+  const size_t count = (size_t)(2 * G * SL_NSTATE + G + 1);
+  void* raw = std::aligned_alloc(64, ((count * sizeof(V) + 63) / 64) * 64);
+  if (raw == nullptr) return;
+  V* buf = static_cast<V*>(raw);
+  scan_rows<V, STRICT>(a, b_begin, b_end, buf, buf + G * SL_NSTATE, buf + 2 * G * SL_NSTATE);
+  std::free(raw);
+}
+
+template <typename V>
+SL_FN void exp_poly_n(const float* x, float* y, int64_t n) {
+  const int W = sl_cpu::traits<V>::lanes;
+  int64_t i = 0;
+  for (; i + W <= n; i += W) sl_cpu::store(y + i, sl_exp_poly(sl_cpu::load<V>(x + i)));
+  for (; i < n; ++i) y[i] = sl_exp_poly(x[i]);
+}
+
+enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+
+// One entry point per ISA; everything below them is force-inlined, so each gets its own code.
+// Standard mode keeps the compiler's default FP contraction (GCC: fuse across statements);
+// the translation unit itself is built with -ffp-contract=off, which strict mode relies on.
+#if defined(__GNUC__) && !defined(__clang__)
+#define SL_CONTRACT_DEFAULT __attribute__((optimize("fp-contract=fast")))
+#else
+#define SL_CONTRACT_DEFAULT
+#endif
+
+#define SL_DEFINE_ISA(SUFFIX, TARGET, V, VS)                                                   \
+  TARGET static void conv_##SUFFIX(const ConvArgs& a, int64_t b, int64_t e) {                \
+    conv_units<V>(a, b, e);                                                                   \
+  }                                                                                           \
+  TARGET SL_CONTRACT_DEFAULT static void scan_std_##SUFFIX(const ScanArgs& a, int64_t b,     \
+                                                           int64_t e) {                      \
+    if (a.row_order) {                                                                        \
+      scan_rows_alloc<V, false>(a, b, e);                                                     \
+    } else {                                                                                  \
+      scan_units<V, false>(a, b, e);                                                          \
+    }                                                                                         \
+  }                                                                                           \
+  TARGET static void scan_strict_##SUFFIX(const ScanArgs& a, int64_t b, int64_t e) {         \
+    if (a.row_order) {                                                                        \
+      scan_rows_alloc<V, true>(a, b, e);                                                      \
+    } else {                                                                                  \
+      scan_units<V, true>(a, b, e);                                                           \
+    }                                                                                         \
+  }                                                                                           \
+  TARGET static void scan_##SUFFIX(const ScanArgs& a, int64_t b, int64_t e) {                \
+    if (a.strict) {                                                                           \
+      scan_strict_##SUFFIX(a, b, e);                                                          \
+    } else {                                                                                  \
+      scan_std_##SUFFIX(a, b, e);                                                             \
+    }                                                                                         \
+  }                                                                                           \
+  TARGET static void exp_poly_##SUFFIX(const float* x, float* y, int64_t n) {                \
+    exp_poly_n<V>(x, y, n);                                                                   \
+  }
+
+SL_DEFINE_ISA(generic, , vf4, vf8)
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define SL_HAVE_X86_ISAS 1
+SL_DEFINE_ISA(avx2, __attribute__((target("avx2,fma"))), vf8, vf16)
+SL_DEFINE_ISA(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))), vf16, vf32)
+#endif
+
+int best_isa() {
+#ifdef SL_HAVE_X86_ISAS
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("fma")) {
+    return ISA_AVX512;
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return ISA_AVX2;
+#endif
+  return ISA_GENERIC;
+}
+
+int resolve_isa(int requested) {
+  const int best = best_isa();
+  if (requested < 0 || requested > best) return best;
+  return requested;
+}
+
+int lanes_of(int isa) { return isa == ISA_AVX512 ? 16 : (isa == ISA_AVX2 ? 8 : 4); }
+
+// Runs fn(begin, end) over [0, units) on up to nthreads threads (the caller's thread included).
+template <typename Fn>
+void parallel_for(int64_t units, int nthreads, Fn fn) {
+  nthreads = (int)std::max<int64_t>(1, std::min<int64_t>(nthreads, units));
+  if (nthreads == 1) {
+    fn(0, units);
+    return;
+  }
+  std::vector<std::thread> pool;
+  pool.reserve(nthreads - 1);
+  const int64_t chunk = units / nthreads, extra = units % nthreads;
+  int64_t begin = 0;
+  for (int i = 0; i < nthreads; ++i) {
+    const int64_t end = begin + chunk + (i < extra ? 1 : 0);
+    if (i == nthreads - 1) {
+      fn(begin, end);
+    } else {
+      pool.emplace_back(fn, begin, end);
+    }
+    begin = end;
+  }
+  for (auto& t : pool) t.join();
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int sl_cpu_abi_version() { return SL_CPU_ABI_VERSION; }
+
+// The ISA that `requested` (-1 = best available, 0 generic, 1 AVX2, 2 AVX-512) resolves to here.
+__attribute__((visibility("default"))) int sl_cpu_isa(int requested) {
+  return resolve_isa(requested);
+}
+
+// Strides are in elements, ordered (batch, time, channel); weight strides (channel, tap).
+// Output/input channel strides must be 1 (the SIMD lanes are adjacent channels).
+// Returns 0 on success, a negative code for arguments it cannot handle.
+__attribute__((visibility("default"))) int sl_cpu_causal_conv1d(
+    const float* x, const int64_t* sx, const float* w, const int64_t* sw, const float* bias,
+    int64_t sbias, float* out, const int64_t* so, int64_t nb, int64_t length, int64_t channels,
+    int64_t taps, int nthreads, int isa) {
+  if (taps != SL_CONV_WIDTH) return -1;
+  if (sx[2] != 1 || so[2] != 1) return -2;
+  if (nb <= 0 || length <= 0 || channels <= 0) return 0;
+  ConvArgs a{x, w, bias, out, nb, length, channels,
+             {sx[0], sx[1], sx[2]}, {so[0], so[1], so[2]}, {sw[0], sw[1]}, sbias};
+  isa = resolve_isa(isa);
+  const int64_t units = nb * ((channels + lanes_of(isa) - 1) / lanes_of(isa));
+  parallel_for(units, nthreads, [&a, isa](int64_t b, int64_t e) {
+#ifdef SL_HAVE_X86_ISAS
+    if (isa == ISA_AVX512) return conv_avx512(a, b, e);
+    if (isa == ISA_AVX2) return conv_avx2(a, b, e);
+#endif
+    conv_generic(a, b, e);
+  });
+  return 0;
+}
+
+__attribute__((visibility("default"))) int sl_cpu_selective_scan(
+    const float* u, const int64_t* su, const float* dt, const int64_t* sdt, const float* A_log,
+    const int64_t* sA, const float* Bm, const int64_t* sB, const float* Cm, const int64_t* sC,
+    const float* Dskip, int64_t sD, const float* z, const int64_t* sz, float* out,
+    const int64_t* so, int64_t nb, int64_t length, int64_t channels, int64_t nstate, int strict,
+    int nthreads, int isa, int flags) {
+  if (nstate != SL_NSTATE) return -1;
+  if (su[2] != 1 || sdt[2] != 1 || sz[2] != 1 || so[2] != 1) return -2;
+  if (nb <= 0 || length <= 0 || channels <= 0) return 0;
+  ScanArgs a{u, dt, z, Bm, Cm, A_log, Dskip, out, nb, length, channels,
+             {su[0], su[1], su[2]}, {sdt[0], sdt[1], sdt[2]}, {sz[0], sz[1], sz[2]},
+             {so[0], so[1], so[2]}, {sB[0], sB[1], sB[2]}, {sC[0], sC[1], sC[2]},
+             {sA[0], sA[1]}, sD, strict ? 1 : 0, (flags & SL_SCAN_THREAD_ORDER) ? 0 : 1};
+  isa = resolve_isa(isa);
+  const int64_t units =
+      a.row_order ? nb : nb * ((channels + lanes_of(isa) - 1) / lanes_of(isa));
+  parallel_for(units, nthreads, [&a, isa](int64_t b, int64_t e) {
+#ifdef SL_HAVE_X86_ISAS
+    if (isa == ISA_AVX512) return scan_avx512(a, b, e);
+    if (isa == ISA_AVX2) return scan_avx2(a, b, e);
+#endif
+    scan_generic(a, b, e);
+  });
+  return 0;
+}
+
+// The strict-mode decay exponential of sl_mamba.h on n contiguous floats (for tests).
+__attribute__((visibility("default"))) void sl_cpu_exp_poly(const float* x, float* y, int64_t n,
+                                                             int isa) {
+  isa = resolve_isa(isa);
+#ifdef SL_HAVE_X86_ISAS
+  if (isa == ISA_AVX512) return exp_poly_avx512(x, y, n);
+  if (isa == ISA_AVX2) return exp_poly_avx2(x, y, n);
+#endif
+  exp_poly_generic(x, y, n);
+}
+
+}  // extern "C"

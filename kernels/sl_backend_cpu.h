@@ -1,0 +1,214 @@
+// sl_backend_cpu.h -- CPU (GCC/Clang, C++17) definitions for sl_mamba.h.
+//
+// The lane type V is either `float` (one channel) or a GCC vector of 4, 8 or 16 adjacent
+// channels, so a CPU "thread" runs the GPU per-thread code on a whole SIMD group at once.
+// The math functions are written once as templates over V (the float and vector versions
+// compute the same thing lane by lane) and use only + - * /, comparisons, ?: selects and
+// bit casts. The translation unit must be compiled with -ffp-contract=off (GCC ignores the
+// FP_CONTRACT pragma), which keeps every mode free of FMA contraction on the CPU.
+#ifndef SL_BACKEND_CPU_H
+#define SL_BACKEND_CPU_H
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#define SL_BACKEND_CPU 1
+#define SL_FN static inline __attribute__((always_inline))
+#define SL_I64 int64_t
+#define SL_SPLAT(V, s) ((V)(sl_cpu::splat<V>(s)))
+#define SL_LOAD(V, p) (sl_cpu::load<V>(p))
+#define SL_LOAD_STRIDED(V, p, s) (sl_cpu::load_strided<V>((p), (s)))
+#define SL_STORE(p, v) (sl_cpu::store((p), (v)))
+#define SL_MUL(a, b) ((a) * (b))
+#define SL_ADD(a, b) ((a) + (b))
+#define SL_SUB(a, b) ((a) - (b))
+#define SL_DIV(a, b) ((a) / (b))
+#define SL_PREFETCH(p, steps, stride) __builtin_prefetch((p) + (steps) * (stride))
+#if defined(__clang__)
+#define SL_STRICT_FP_BEGIN _Pragma("clang fp contract(off)")
+#define SL_UNROLL _Pragma("clang loop unroll(full)")
+#else
+#define SL_STRICT_FP_BEGIN
+#define SL_UNROLL _Pragma("GCC unroll 16")
+#endif
+
+namespace sl_cpu {
+
+typedef float vf4 __attribute__((vector_size(16)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf16 __attribute__((vector_size(64)));
+typedef float vf32 __attribute__((vector_size(128)));
+typedef int32_t vi4 __attribute__((vector_size(16)));
+typedef int32_t vi8 __attribute__((vector_size(32)));
+typedef int32_t vi16 __attribute__((vector_size(64)));
+typedef int32_t vi32 __attribute__((vector_size(128)));
+
+template <typename V> struct traits;
+template <> struct traits<float> { typedef int32_t I; static const int lanes = 1; };
+template <> struct traits<vf4> { typedef vi4 I; static const int lanes = 4; };
+template <> struct traits<vf8> { typedef vi8 I; static const int lanes = 8; };
+template <> struct traits<vf16> { typedef vi16 I; static const int lanes = 16; };
+template <> struct traits<vf32> { typedef vi32 I; static const int lanes = 32; };
+
+// (a lane loop compiles to one broadcast; `s - V{}` makes GCC 12 build the vector lane by lane)
+template <typename V> SL_FN V splat(float s) {
+  V v;
+  for (int i = 0; i < traits<V>::lanes; ++i) v[i] = s;
+  return v;
+}
+template <> inline float splat<float>(float s) { return s; }
+
+template <typename V> SL_FN V load(const float* p) { V v; std::memcpy(&v, p, sizeof(V)); return v; }
+template <typename V> SL_FN void store_impl(float* p, V v) { std::memcpy(p, &v, sizeof(V)); }
+SL_FN void store(float* p, float v) { *p = v; }
+SL_FN void store(float* p, vf4 v) { store_impl(p, v); }
+SL_FN void store(float* p, vf8 v) { store_impl(p, v); }
+SL_FN void store(float* p, vf16 v) { store_impl(p, v); }
+SL_FN void store(float* p, vf32 v) { store_impl(p, v); }
+
+template <typename V> SL_FN V load_strided(const float* p, int64_t s) {
+  V v;
+  for (int i = 0; i < traits<V>::lanes; ++i) v[i] = p[i * s];
+  return v;
+}
+template <> inline float load_strided<float>(const float* p, int64_t) { return *p; }
+
+// Bit casts and conversions that work for float and the vector types alike.
+SL_FN int32_t as_int(float x) { int32_t i; std::memcpy(&i, &x, 4); return i; }
+SL_FN float as_float(int32_t i) { float x; std::memcpy(&x, &i, 4); return x; }
+template <typename V> SL_FN typename traits<V>::I as_int(V x) { return (typename traits<V>::I)x; }
+template <typename I> SL_FN auto as_float(I i) {
+  typedef float F __attribute__((vector_size(sizeof(I))));
+  return (F)i;
+}
+SL_FN int32_t to_int(float x) { return (int32_t)x; }  // x integral
+template <typename V> SL_FN typename traits<V>::I to_int(V x) {
+  return __builtin_convertvector(x, typename traits<V>::I);
+}
+template <typename V, typename I> SL_FN V int_to_float(I i) {
+  if constexpr (traits<V>::lanes == 1) {
+    return (float)i;
+  } else {
+    return __builtin_convertvector(i, V);
+  }
+}
+
+// NaN test on the bits (a float x != x compare scalarizes in GCC's vector lowering).
+template <typename V> SL_FN auto is_nan(V x) { return (as_int(x) & 0x7fffffff) > 0x7f800000; }
+
+// select(c, a, b): c ? a : b lane by lane (c from a comparison of the same lane type).
+template <typename C, typename V> SL_FN V select(C c, V a, V b) { return c ? a : b; }
+
+// Round to nearest even for |y| < 2^22 (adding and subtracting 1.5*2^23 in the default
+// rounding mode); callers clamp y into [-127, 127] first.
+template <typename V> SL_FN V rint_small(V y) {
+  const V magic = splat<V>(12582912.0f);
+  return (y + magic) - magic;
+}
+
+// exp(x) on the whole float range: Cody-Waite reduction by ln2 and a degree-7 Taylor
+// polynomial on |r| <= ln2/2 (truncation error < 1.2e-8 relative, result within 2 ulp);
+// 2^n from the exponent field; x > 88.72 gives +inf, x < -87.33 gives 0 (no subnormals).
+template <typename V> SL_FN V exp_any(V x) {
+  // clamp into [-88, 88]; NaN goes to -88 here and is passed through at the end
+  const V xc = select(x > splat<V>(-88.0f), select(x < splat<V>(88.0f), x, splat<V>(88.0f)),
+                      splat<V>(-88.0f));
+  const V n = rint_small(xc * splat<V>(1.44269504f));
+  V r = xc - n * splat<V>(0.693145751953125f);
+  r = r - n * splat<V>(1.428606765330187e-06f);
+  V p = splat<V>(1.0f / 5040.0f);
+  p = p * r + splat<V>(1.0f / 720.0f);
+  p = p * r + splat<V>(1.0f / 120.0f);
+  p = p * r + splat<V>(1.0f / 24.0f);
+  p = p * r + splat<V>(1.0f / 6.0f);
+  p = p * r + splat<V>(0.5f);
+  p = p * r + splat<V>(1.0f);
+  p = p * r + splat<V>(1.0f);
+  const auto ni = to_int(n);
+  // 88 * log2(e) < 127: one scale factor 2^n (n in [-127, 127]); n = -127 builds +0.
+  V res = p * as_float((ni + 127) << 23);
+  res = select(x > splat<V>(88.7228394f), splat<V>(INFINITY), res);
+  res = select(x < splat<V>(-87.3365479f), splat<V>(0.0f), res);
+  return select(is_nan(x), x, res);  // NaN in, NaN out
+}
+
+// log(x) for x >= 0 (x = 0 gives -inf, +inf gives +inf): x = m * 2^e with m in
+// [sqrt(1/2), sqrt(2)), log(m) = 2 atanh(s), s = (m - 1)/(m + 1), |s| <= 0.1716, odd series
+// to s^11 (truncation < 1e-10 relative); e*ln2 in two parts. Subnormal x is not needed here
+// (callers pass 1 + exp(.) >= 1) and is treated as 0.
+template <typename V> SL_FN V log_pos(V x) {
+  const auto bits = as_int(x);
+  auto e = ((bits >> 23) & 0xff) - 127;
+  V m = as_float((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+  const auto big = m > splat<V>(1.41421356f);
+  m = select(big, m * splat<V>(0.5f), m);
+  e = select(big, e + 1, e);
+  const V s = (m - splat<V>(1.0f)) / (m + splat<V>(1.0f));
+  const V s2 = s * s;
+  V q = splat<V>(2.0f / 11.0f);
+  q = q * s2 + splat<V>(2.0f / 9.0f);
+  q = q * s2 + splat<V>(2.0f / 7.0f);
+  q = q * s2 + splat<V>(2.0f / 5.0f);
+  q = q * s2 + splat<V>(2.0f / 3.0f);
+  q = q * s2 + splat<V>(2.0f);
+  const V fe = int_to_float<V>(e);
+  V res = q * s + fe * splat<V>(1.428606765330187e-06f);
+  res = res + fe * splat<V>(0.693145751953125f);
+  res = select(x < splat<V>(1.17549435e-38f), splat<V>(-INFINITY), res);
+  // +inf and NaN pass through (integer tests: float == and != scalarize in GCC's lowering)
+  return select(bits >= 0x7f800000, x, res);
+}
+
+// log1p(x) for x >= 0: u = 1 + x rounded, then log(u) * x / (u - 1), exact for u == 1.
+template <typename V> SL_FN V log1p_pos(V x) {
+  const V u = splat<V>(1.0f) + x;
+  const auto above = u > splat<V>(1.0f);  // u == 1 (x tiny or 0): log1p(x) = x
+  const V d = select(above, u - splat<V>(1.0f), splat<V>(1.0f));
+  return select(above, log_pos(u) * (x / d), x);
+}
+
+// exp(x) for x <= 0 (the decay): the reduction of exp_any without its range fixes. x <= -88
+// (also -inf) rounds to n = -127, whose exponent field builds +0, so the result is 0;
+// degree-6 polynomial (truncation < 1.2e-7 relative). Meant for contraction into FMAs.
+template <typename V> SL_FN V exp_nonpos(V x) {
+  const V xc = select(x > splat<V>(-88.0f), x, splat<V>(-88.0f));
+  const V n = rint_small(xc * splat<V>(1.44269504f));
+  V r = xc - n * splat<V>(0.693145751953125f);
+  r = r - n * splat<V>(1.428606765330187e-06f);
+  V p = splat<V>(1.0f / 720.0f);
+  p = p * r + splat<V>(1.0f / 120.0f);
+  p = p * r + splat<V>(1.0f / 24.0f);
+  p = p * r + splat<V>(1.0f / 6.0f);
+  p = p * r + splat<V>(0.5f);
+  p = p * r + splat<V>(1.0f);
+  p = p * r + splat<V>(1.0f);
+  return p * as_float((to_int(n) + 127) << 23);
+}
+
+template <typename V> SL_FN V exp_precise(V x) {
+  if constexpr (traits<V>::lanes == 1) {
+    return std::exp(x);
+  } else {
+    V r;
+    for (int i = 0; i < traits<V>::lanes; ++i) r[i] = std::exp((float)x[i]);
+    return r;
+  }
+}
+
+}  // namespace sl_cpu
+
+template <typename V> SL_FN V sl_exp(V x) { return sl_cpu::exp_any(x); }
+template <typename V> SL_FN V sl_exp_fast(V x) { return sl_cpu::exp_any(x); }
+template <typename V> SL_FN V sl_exp_fast_decay(V x) { return sl_cpu::exp_nonpos(x); }
+template <typename V> SL_FN V sl_exp_precise(V x) { return sl_cpu::exp_precise(x); }
+template <typename V> SL_FN V sl_log(V x) { return sl_cpu::log_pos(x); }
+template <typename V> SL_FN V sl_log1p(V x) { return sl_cpu::log1p_pos(x); }
+template <typename V> SL_FN V sl_rint(V x) { return sl_cpu::rint_small(x); }
+template <typename V> SL_FN V sl_abs(V x) { return sl_cpu::select(x < sl_cpu::splat<V>(0.0f), -x, x); }
+template <typename V> SL_FN V sl_max(V a, V b) { return sl_cpu::select(a > b, a, b); }
+template <typename V> SL_FN V sl_pow2_int(V k) {
+  return sl_cpu::as_float((sl_cpu::to_int(k) + 127) << 23);
+}
+
+#endif  // SL_BACKEND_CPU_H
