@@ -2,6 +2,10 @@
 
 __version__ = "0.1.0"
 
+from . import blas  # noqa: E402  (must run before anything imports mlx.core)
+
+blas.preload()
+
 from .api import enhance  # noqa: E402
 
 __all__ = ["enhance", "__version__"]

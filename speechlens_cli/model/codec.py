@@ -5,7 +5,15 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .layers import DenseBlock, InstanceNorm, PReLU, SubPixelConv, conv_norm_act, run_sequence
+from .layers import (
+    Conv2d,
+    DenseBlock,
+    InstanceNorm,
+    PReLU,
+    SubPixelConv,
+    conv_norm_act,
+    run_sequence,
+)
 
 
 class DenseEncoder(nn.Module):
@@ -46,7 +54,7 @@ class MagnitudeDecoder(_Decoder):
 
     def __init__(self, channels: int, out_channels: int = 1):
         super().__init__(channels)
-        self.final_conv = nn.Conv2d(channels, out_channels, (1, 1))
+        self.final_conv = Conv2d(channels, out_channels, (1, 1))
 
     def __call__(self, x: mx.array) -> mx.array:
         return self.final_conv(self.upsample(x))[..., 0]
@@ -57,8 +65,8 @@ class PhaseDecoder(_Decoder):
 
     def __init__(self, channels: int, out_channels: int = 1):
         super().__init__(channels)
-        self.phase_conv_r = nn.Conv2d(channels, out_channels, (1, 1))
-        self.phase_conv_i = nn.Conv2d(channels, out_channels, (1, 1))
+        self.phase_conv_r = Conv2d(channels, out_channels, (1, 1))
+        self.phase_conv_i = Conv2d(channels, out_channels, (1, 1))
 
     def __call__(self, x: mx.array) -> mx.array:
         x = self.upsample(x)
