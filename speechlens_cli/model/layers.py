@@ -8,19 +8,18 @@ import mlx.nn as nn
 _SUM_BLOCK = 64
 
 
-def accurate_sum(x: mx.array, axis: int) -> mx.array:
-    """Sum along `axis` in blocks of 64, level by level.
+def accurate_sum(x: mx.array) -> mx.array:
+    """Sum [B, n, C] over n in blocks of 64, level by level -> [B, C].
 
     MLX accumulates long float32 reductions with an error that grows with the element count
     (spec model.md 1.9); summing in short blocks keeps it near the float32 floor on any backend.
     """
-    x = mx.moveaxis(x, axis, -1)
-    while x.shape[-1] > _SUM_BLOCK:
-        remainder = x.shape[-1] % _SUM_BLOCK
+    while x.shape[1] > _SUM_BLOCK:
+        remainder = x.shape[1] % _SUM_BLOCK
         if remainder:
-            x = mx.pad(x, [(0, 0)] * (x.ndim - 1) + [(0, _SUM_BLOCK - remainder)])
-        x = x.reshape(*x.shape[:-1], -1, _SUM_BLOCK).sum(-1)
-    return x.sum(-1)
+            x = mx.pad(x, [(0, 0), (0, _SUM_BLOCK - remainder), (0, 0)])
+        x = x.reshape(x.shape[0], -1, _SUM_BLOCK, x.shape[2]).sum(axis=2)
+    return x.sum(axis=1)
 
 
 def _pair(value) -> tuple[int, int]:
@@ -69,9 +68,9 @@ class InstanceNorm(nn.Module):
         batch, height, width, channels = x.shape
         count = height * width
         flat = x.reshape(batch, count, channels)
-        mean = accurate_sum(flat, axis=1)[:, None, None, :] / count
+        mean = accurate_sum(flat)[:, None, None, :] / count
         centred = x - mean
-        var = accurate_sum((centred * centred).reshape(batch, count, channels), axis=1) / count
+        var = accurate_sum((centred * centred).reshape(batch, count, channels)) / count
         return centred * mx.rsqrt(var[:, None, None, :] + self.eps) * self.weight + self.bias
 
 
