@@ -19,6 +19,9 @@
 #include <vector>
 
 #define SL_CPU_ABI_VERSION 1
+#ifndef SL_SOURCE_HASH
+#define SL_SOURCE_HASH "unknown"  // setup.py / kernels.py pass the hash of the sources
+#endif
 #define SL_NSTATE 16
 #define SL_SCAN_THREAD_ORDER 1  // flags bit: walk (batch, channel group) units as GPU threads do
 
@@ -231,24 +234,16 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 #define SL_CONTRACT_DEFAULT
 #endif
 
-#define SL_DEFINE_ISA(SUFFIX, TARGET, V, VS)                                                   \
+#define SL_DEFINE_ISA(SUFFIX, TARGET, V)                                                     \
   TARGET static void conv_##SUFFIX(const ConvArgs& a, int64_t b, int64_t e) {                \
     conv_units<V>(a, b, e);                                                                   \
   }                                                                                           \
   TARGET SL_CONTRACT_DEFAULT static void scan_std_##SUFFIX(const ScanArgs& a, int64_t b,     \
                                                            int64_t e) {                      \
-    if (a.row_order) {                                                                        \
-      scan_rows_alloc<V, false>(a, b, e);                                                     \
-    } else {                                                                                  \
-      scan_units<V, false>(a, b, e);                                                          \
-    }                                                                                         \
+    scan_rows_alloc<V, false>(a, b, e);                                                       \
   }                                                                                           \
   TARGET static void scan_strict_##SUFFIX(const ScanArgs& a, int64_t b, int64_t e) {         \
-    if (a.row_order) {                                                                        \
-      scan_rows_alloc<V, true>(a, b, e);                                                      \
-    } else {                                                                                  \
-      scan_units<V, true>(a, b, e);                                                           \
-    }                                                                                         \
+    scan_rows_alloc<V, true>(a, b, e);                                                        \
   }                                                                                           \
   TARGET static void scan_##SUFFIX(const ScanArgs& a, int64_t b, int64_t e) {                \
     if (a.strict) {                                                                           \
@@ -261,11 +256,19 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
     exp_poly_n<V>(x, y, n);                                                                   \
   }
 
-SL_DEFINE_ISA(generic, , vf4, vf8)
+// Thread order (the GPU's walk, kept for tests and comparison): baseline ISA only.
+SL_CONTRACT_DEFAULT static void scan_threads_std(const ScanArgs& a, int64_t b, int64_t e) {
+  scan_units<vf4, false>(a, b, e);
+}
+static void scan_threads_strict(const ScanArgs& a, int64_t b, int64_t e) {
+  scan_units<vf4, true>(a, b, e);
+}
+
+SL_DEFINE_ISA(generic, , vf4)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SL_HAVE_X86_ISAS 1
-SL_DEFINE_ISA(avx2, __attribute__((target("avx2,fma"))), vf8, vf16)
-SL_DEFINE_ISA(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))), vf16, vf32)
+SL_DEFINE_ISA(avx2, __attribute__((target("avx2,fma"))), vf8)
+SL_DEFINE_ISA(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))), vf16)
 #endif
 
 int best_isa() {
@@ -319,6 +322,9 @@ extern "C" {
 
 __attribute__((visibility("default"))) int sl_cpu_abi_version() { return SL_CPU_ABI_VERSION; }
 
+// Hash of the kernel sources this library was compiled from (kernels.py compares it).
+__attribute__((visibility("default"))) const char* sl_cpu_source_hash() { return SL_SOURCE_HASH; }
+
 // The ISA that `requested` (-1 = best available, 0 generic, 1 AVX2, 2 AVX-512) resolves to here.
 __attribute__((visibility("default"))) int sl_cpu_isa(int requested) {
   return resolve_isa(requested);
@@ -361,10 +367,10 @@ __attribute__((visibility("default"))) int sl_cpu_selective_scan(
              {su[0], su[1], su[2]}, {sdt[0], sdt[1], sdt[2]}, {sz[0], sz[1], sz[2]},
              {so[0], so[1], so[2]}, {sB[0], sB[1], sB[2]}, {sC[0], sC[1], sC[2]},
              {sA[0], sA[1]}, sD, strict ? 1 : 0, (flags & SL_SCAN_THREAD_ORDER) ? 0 : 1};
-  isa = resolve_isa(isa);
-  const int64_t units =
-      a.row_order ? nb : nb * ((channels + lanes_of(isa) - 1) / lanes_of(isa));
+  isa = a.row_order ? resolve_isa(isa) : ISA_GENERIC;
+  const int64_t units = a.row_order ? nb : nb * ((channels + 3) / 4);
   parallel_for(units, nthreads, [&a, isa](int64_t b, int64_t e) {
+    if (!a.row_order) return a.strict ? scan_threads_strict(a, b, e) : scan_threads_std(a, b, e);
 #ifdef SL_HAVE_X86_ISAS
     if (isa == ISA_AVX512) return scan_avx512(a, b, e);
     if (isa == ISA_AVX2) return scan_avx2(a, b, e);

@@ -1,0 +1,295 @@
+"""The conv1d / selective-scan kernels behind speechlens_cli.kernels, on whatever backend runs here.
+
+On Linux CI that is the CPU library (kernels/cpu_kernels.cpp); on an NVIDIA host with
+mlx[cuda13] the same tests exercise the CUDA kernels, and on Apple Silicon the Metal ones.
+Tolerances: conv vs mx.conv1d fallback max abs diff <= 1e-5; scan vs float64 reference relative
+RMS error <= 1e-5 (both modes); polynomial exp max relative error <= 3.8e-6 on [-86, 0].
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as ref
+
+from speechlens_cli import kernels
+
+ATOL_CONV = 1e-5
+RTOL_SCAN = 1e-5
+BACKEND = kernels.backend()
+needs_cpu_library = pytest.mark.skipif(
+    BACKEND != "cpu" or kernels.cpu_library() is None,
+    reason="tests the CPU kernel library (the default device is not the CPU here)")
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    monkeypatch.delenv(kernels.DISABLE_CONV_ENV, raising=False)
+    monkeypatch.delenv(kernels.DISABLE_CONV_ENV_ALIAS, raising=False)
+    kernels._reset_warnings()
+    yield
+    kernels._reset_warnings()
+
+
+def _conv_inputs(rng, batch, length, channels, strided=True):
+    xz = mx.array(rng.standard_normal((batch, length, 2 * channels)).astype(np.float32))
+    x = xz[..., :channels] if strided else mx.contiguous(xz[..., :channels])
+    weight = mx.array(rng.standard_normal((channels, 4, 1)).astype(np.float32))
+    bias = mx.array(rng.standard_normal(channels).astype(np.float32))
+    return x, weight, bias
+
+
+def _scan_inputs(rng, batch, length, channels, dt_shift=-1.0):
+    """The model's layout: u, z column slices of in_proj's output, B, C slices of x_proj's."""
+    xz = mx.array(rng.standard_normal((batch, length, 2 * channels)).astype(np.float32))
+    dbl = mx.array(rng.standard_normal((batch, length, 36)).astype(np.float32))
+    u, z = xz[..., :channels], xz[..., channels:]
+    Bm, Cm = dbl[..., 4:20], dbl[..., 20:36]
+    delta_raw = mx.array((rng.standard_normal((batch, length, channels)) + dt_shift)
+                         .astype(np.float32))
+    A_log = mx.array(np.log(rng.uniform(0.5, 16.0, (channels, 16))).astype(np.float32))
+    D = mx.array(rng.standard_normal(channels).astype(np.float32))
+    return u, delta_raw, A_log, Bm, Cm, D, z
+
+
+def _np(arrays):
+    return [np.array(a) for a in arrays]
+
+
+def _rel_rms(out, want):
+    return float(np.sqrt(np.mean((out - want) ** 2) / np.mean(want ** 2)))
+
+
+# ----------------------------------------------------------------------------- conv ----------
+
+@pytest.mark.parametrize("batch,length,channels", [
+    (1, 1, 1), (2, 1, 8), (3, 2, 5), (2, 3, 16), (4, 4, 33), (2, 37, 64), (3, 200, 256),
+    (1, 500, 40)])
+@pytest.mark.parametrize("strided", [True, False])
+def test_conv_kernel_equals_conv1d_fallback(batch, length, channels, strided):
+    rng = np.random.default_rng(batch * 1000 + length * 10 + channels)
+    x, weight, bias = _conv_inputs(rng, batch, length, channels, strided)
+    out = kernels.causal_conv1d(x, weight, bias)
+    fallback = kernels.conv1d_fallback(x, weight, bias)
+    assert out.shape == fallback.shape == x.shape
+    assert out.dtype == mx.float32
+    assert float(mx.max(mx.abs(out - fallback))) <= ATOL_CONV
+    want = ref.reference_causal_conv1d(np.array(x), np.array(weight).transpose(0, 2, 1),
+                                       np.array(bias))
+    assert float(np.max(np.abs(np.array(out) - want))) <= ATOL_CONV
+
+
+def test_conv_kernel_is_causal_with_zero_padding():
+    """Output t depends on inputs t-3..t only; the first outputs see zeros before t = 0."""
+    rng = np.random.default_rng(5)
+    x, weight, bias = _conv_inputs(rng, 2, 12, 8)
+    base = np.array(kernels.causal_conv1d(x, weight, bias))
+    xn = np.array(x)
+    xn[:, 6] += 100.0
+    moved = np.array(kernels.causal_conv1d(mx.array(xn), weight, bias))
+    changed = np.any(moved != base, axis=(0, 2))
+    assert changed.tolist() == [t in (6, 7, 8, 9) for t in range(12)]
+    w = np.array(weight)[:, :, 0]
+    np.testing.assert_allclose(base[:, 0], xn[:, 0] * w[:, 3] + np.array(bias), atol=ATOL_CONV)
+
+
+def test_conv_env_var_forces_fallback_and_warns_once(monkeypatch, caplog):
+    rng = np.random.default_rng(11)
+    x, weight, bias = _conv_inputs(rng, 2, 9, 8)
+    monkeypatch.setenv(kernels.DISABLE_CONV_ENV, "1")
+    calls = []
+    real = kernels.conv1d_fallback
+    monkeypatch.setattr(kernels, "conv1d_fallback", lambda *a: calls.append(1) or real(*a))
+    with caplog.at_level(logging.WARNING, logger=kernels.__name__):
+        for _ in range(3):
+            out = kernels.causal_conv1d(x, weight, bias)
+    assert len(calls) == 3
+    assert np.array_equal(np.array(out), np.array(real(x, weight, bias)))
+    records = [r for r in caplog.records if "causal_conv1d" in r.getMessage()]
+    assert len(records) == 1 and kernels.DISABLE_CONV_ENV in records[0].getMessage()
+
+
+def test_conv_env_alias_and_zero(monkeypatch):
+    monkeypatch.setenv(kernels.DISABLE_CONV_ENV, "0")
+    assert not kernels.conv_kernel_disabled()
+    monkeypatch.setenv(kernels.DISABLE_CONV_ENV_ALIAS, "1")
+    assert kernels.conv_kernel_disabled()
+
+
+@pytest.mark.parametrize("bad", ["dtype", "weight_shape", "rank", "bias_shape"])
+def test_conv_validation_failure_falls_back_with_one_warning(bad, caplog):
+    rng = np.random.default_rng(2)
+    x, weight, bias = _conv_inputs(rng, 2, 10, 8)
+    if bad == "dtype":
+        x = x.astype(mx.float16)
+    elif bad == "weight_shape":
+        weight = mx.array(rng.standard_normal((8, 3, 1)).astype(np.float32))  # kernel size 3
+    elif bad == "rank":
+        x = x[0]
+    else:
+        bias = mx.zeros((9,), mx.float32)
+    with caplog.at_level(logging.WARNING, logger=kernels.__name__):
+        if bad in ("rank", "bias_shape"):
+            with pytest.raises(Exception):  # noqa: B017 - mx.conv1d rejects it too
+                kernels.causal_conv1d(x, weight, bias)
+            with pytest.raises(Exception):  # noqa: B017
+                kernels.causal_conv1d(x, weight, bias)
+        else:
+            for _ in range(2):
+                out = kernels.causal_conv1d(x, weight, bias)
+            assert np.allclose(np.array(out), np.array(kernels.conv1d_fallback(x, weight, bias)))
+    msgs = [r.getMessage() for r in caplog.records if "causal_conv1d" in r.getMessage()]
+    assert len(msgs) == 1 and "mx.conv1d" in msgs[0]
+
+
+# ----------------------------------------------------------------------------- scan ----------
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("batch,length,channels", [
+    (1, 1, 1), (2, 1, 16), (2, 2, 7), (3, 3, 32), (2, 17, 64), (1, 100, 256), (2, 251, 48),
+    (1, 500, 24)])
+def test_scan_matches_float64_reference(strict, batch, length, channels):
+    rng = np.random.default_rng(batch * 7919 + length * 31 + channels)
+    args = _scan_inputs(rng, batch, length, channels)
+    out = kernels.selective_scan(*args, strict=strict)
+    assert out.shape == args[0].shape and out.dtype == mx.float32
+    got = np.array(out)
+    want = ref.reference_selective_scan(*_np(args))
+    assert np.all(np.isfinite(got))
+    assert _rel_rms(got, want) <= RTOL_SCAN, _rel_rms(got, want)
+
+
+def test_scan_strict_is_finite_at_dt_1000():
+    rng = np.random.default_rng(17)
+    args = list(_scan_inputs(rng, 2, 64, 32))
+    args[1] = mx.full(args[1].shape, 1000.0, mx.float32)  # dt = softplus(1000) = 1000
+    got = np.array(kernels.selective_scan(*args, strict=True))
+    assert np.all(np.isfinite(got))
+    assert _rel_rms(got, ref.reference_selective_scan(*_np(args))) <= RTOL_SCAN
+
+
+@pytest.mark.parametrize("strict", [False, True])
+def test_scan_repeated_runs_are_bit_identical(strict):
+    args = _scan_inputs(np.random.default_rng(23), 5, 131, 64)
+    first = np.array(kernels.selective_scan(*args, strict=strict))
+    for _ in range(2):
+        again = np.array(kernels.selective_scan(*args, strict=strict))
+        assert np.array_equal(first.view(np.uint32), again.view(np.uint32))
+
+
+def test_scan_modes_differ_only_slightly():
+    """Standard and strict are two roundings of the same math, not two models."""
+    args = _scan_inputs(np.random.default_rng(29), 2, 60, 32)
+    std = np.array(kernels.selective_scan(*args, strict=False))
+    strict = np.array(kernels.selective_scan(*args, strict=True))
+    assert _rel_rms(std, strict) <= 2 * RTOL_SCAN
+
+
+@pytest.mark.parametrize("bad", ["A_log", "B", "dtype", "rank", "z"])
+def test_scan_rejects_bad_inputs(bad):
+    rng = np.random.default_rng(31)
+    args = list(_scan_inputs(rng, 2, 5, 8))
+    if bad == "A_log":
+        args[2] = mx.zeros((8, 8), mx.float32)  # d_state 8: not the fixed-16 kernel
+    elif bad == "B":
+        args[3] = mx.zeros((2, 5, 15), mx.float32)
+    elif bad == "dtype":
+        args[0] = args[0].astype(mx.float16)
+    elif bad == "rank":
+        args[0] = args[0][0]
+    else:
+        args[6] = mx.zeros((2, 6, 8), mx.float32)
+    with pytest.raises(kernels.KernelInputError):
+        kernels.selective_scan(*args)
+
+
+def test_scan_ops_fallback_matches_reference():
+    """The MLX-op scan (used only without a CPU library) is right too, in both modes."""
+    args = _scan_inputs(np.random.default_rng(37), 2, 45, 16)
+    want = ref.reference_selective_scan(*_np(args))
+    for strict in (False, True):
+        got = np.array(kernels.selective_scan_ops(*args, strict=strict, eval_every=8))
+        assert _rel_rms(got, want) <= RTOL_SCAN
+
+
+# ------------------------------------------------------------------- CPU library details ------
+
+@needs_cpu_library
+@pytest.mark.parametrize("strict", [False, True])
+def test_cpu_isas_and_loop_orders_agree(strict):
+    """The baseline (4-lane, no FMA), AVX2 and AVX-512 builds and the GPU-style thread-order walk
+    agree. Strict mode never contracts, so all are bit-identical; standard mode lets the compiler
+    fuse multiply-adds where the ISA has FMA (AVX2, AVX-512; also differently in the scalar tail
+    of a partial SIMD group), so there they agree to rounding."""
+    lib = kernels.cpu_library()
+    args = _scan_inputs(np.random.default_rng(41), 3, 90, 72)  # 72: partial SIMD groups
+    runs = {isa: np.array(kernels._cpu_scan(lib, *args, strict=strict, isa=isa))
+            for isa in (0, 1, 2)}
+    threads = np.array(kernels._cpu_scan(lib, *args, strict=strict, thread_order=True))
+
+    def same(a, b):
+        return np.array_equal(a.view(np.uint32), b.view(np.uint32))
+
+    assert same(threads, runs[0])  # both baseline ISA
+    for isa in (1, 2):
+        if strict:
+            assert same(runs[isa], runs[0])
+        else:
+            assert _rel_rms(runs[isa], runs[0]) <= RTOL_SCAN
+
+
+@needs_cpu_library
+def test_cpu_threads_do_not_change_results(monkeypatch):
+    args = _scan_inputs(np.random.default_rng(43), 7, 33, 64)
+    monkeypatch.setenv("SPEECHLENS_CPU_THREADS", "1")
+    one = np.array(kernels.selective_scan(*args, strict=True))
+    monkeypatch.setenv("SPEECHLENS_CPU_THREADS", "3")
+    three = np.array(kernels.selective_scan(*args, strict=True))
+    assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
+
+
+@needs_cpu_library
+def test_exp_poly_accuracy_and_cutoff():
+    x = np.linspace(-86.0, 0.0, 100_001).astype(np.float32)
+    y = kernels.cpu_exp_poly(x)
+    rel = np.abs(y.astype(np.float64) / np.exp(x.astype(np.float64)) - 1.0)
+    assert rel.max() <= 3.8e-6
+    assert np.array_equal(y.view(np.uint32), ref.reference_exp_poly(x).view(np.uint32))
+    below = np.linspace(-1000.0, -87.7, 5_001).astype(np.float32)  # rint(x*log2 e) < -126
+    assert np.all(np.rint(below.astype(np.float64) * np.log2(np.e)) < -126)
+    assert np.all(kernels.cpu_exp_poly(below) == 0.0)
+    assert kernels.cpu_exp_poly(np.array([-np.inf], np.float32))[0] == 0.0
+
+
+@needs_cpu_library
+def test_cpu_output_is_written_into_mlx_memory():
+    """The result is an ordinary evaluated MLX array that later ops consume correctly."""
+    args = _scan_inputs(np.random.default_rng(47), 2, 20, 16)
+    out = kernels.selective_scan(*args)
+    doubled = np.array(out * 2.0)
+    assert np.array_equal(doubled, 2.0 * np.array(out))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(kernels.find_cxx() is None, reason="no C++ compiler")
+def test_cpu_library_compiles_at_run_time(tmp_path):
+    """The path used when pip could not build the library, or the kernel sources changed."""
+    dest = kernels.compile_cpu_library(tmp_path / "lib.so", "testhash")
+    lib = kernels._CpuLibrary(dest)
+    assert lib.source_hash == "testhash"
+    args = _scan_inputs(np.random.default_rng(53), 2, 30, 16)
+    got = np.array(kernels._cpu_scan(lib, *args, strict=False))
+    assert _rel_rms(got, ref.reference_selective_scan(*_np(args))) <= RTOL_SCAN
+
+
+def test_kernel_info_names_backend():
+    info = kernels.kernel_info()
+    assert info["backend"] in ("cpu", "metal", "cuda")
+    assert info["mlx"] == mx.__version__
