@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
+from . import audio as audio_io
 from . import checkpoint
-from .errors import AudioInputError, UsageError
+from .audio import AudioInfo, OutputFormat
+from .errors import AudioInputError, OutputError, UsageError
 from .model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from .model.semamba import SEMamba
+from .pipeline import (
+    DEFAULT_CHUNK_SECONDS,
+    DEFAULT_DEVICE,
+    DEFAULT_OVERLAP,
+    DEVICES,
+    Geometry,
+    ProgressFn,
+    check_settings,
+    enhance_stream,
+)
 
 ModelSpec = SEMamba | str | os.PathLike | None
 
@@ -20,12 +35,13 @@ def get_model(model: ModelSpec = None) -> SEMamba:
     return model if isinstance(model, SEMamba) else checkpoint.load_model(model)
 
 
-def check_sample_rate(sample_rate: int) -> None:
+def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
+    """`name`, when given, prefixes the message (the file the rate came from)."""
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)):
         raise UsageError(f"sample rate must be an integer number of Hz, got {sample_rate!r}")
     if not MIN_SAMPLE_RATE <= sample_rate <= MAX_SAMPLE_RATE:
         raise AudioInputError(
-            f"sample rate {sample_rate} Hz is not supported "
+            (f"{name}: " if name else "") + f"sample rate {sample_rate} Hz is not supported "
             f"(RE-USE runs at {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz)"
         )
 
@@ -70,6 +86,88 @@ def enhance(
     return out.reshape(array.shape)
 
 
+@dataclass(frozen=True)
+class FilePlan:
+    """One checked job: everything known about it before any model is loaded."""
+
+    source: Path
+    destination: Path
+    info: AudioInfo
+    output: OutputFormat
+    overwrite: bool
+    name: str
+
+
+def plan_file(
+    source: str | os.PathLike,
+    destination: str | os.PathLike,
+    *,
+    overwrite: bool = False,
+    subtype: str | None = None,
+    container: str | None = None,
+    name: str | None = None,
+    create_folders: bool = False,
+) -> FilePlan:
+    """Every check that needs no model: a readable input at a supported rate, an output that is
+    not the input, does not exist (unless `overwrite`) and lands in a writable folder.
+
+    With `create_folders`, a missing output folder is fine when its nearest existing ancestor is
+    writable (the batch mirrors the input tree into it).
+    """
+    source, destination = Path(source), Path(destination)
+    name = name or str(source)
+    info = audio_io.read_info(source, name)
+    check_sample_rate(info.sample_rate, name)
+    if audio_io.same_file(source, destination):
+        raise UsageError(f"{destination}: is the input itself; choose another output")
+    if destination.is_dir():
+        raise OutputError(f"{destination}: is a folder, not an output file")
+    if destination.exists() and not overwrite:
+        raise OutputError(
+            f"{destination}: already exists (use --overwrite to replace it or --skip-existing "
+            "to keep it)"
+        )
+    folder = destination.parent
+    audio_io.check_writable(audio_io.nearest_existing(folder) if create_folders else folder)
+    output = audio_io.output_format(info, destination, subtype, container=container)
+    return FilePlan(source, destination, info, output, overwrite, name)
+
+
+def run_plan(
+    plan: FilePlan,
+    model: SEMamba,
+    *,
+    strict: bool = False,
+    chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+    overlap: float = DEFAULT_OVERLAP,
+    progress: ProgressFn | None = None,
+) -> dict:
+    """Stream one planned file through `model` into a temporary file, then rename it into place."""
+    rate, frames = plan.info.sample_rate, plan.info.frames
+    minimum = model.config.stft_params(rate).n_fft
+    if frames < minimum:
+        raise AudioInputError(
+            f"{plan.name}: too short ({frames} samples; one STFT frame needs {minimum} at "
+            f"{rate} Hz)"
+        )
+    geometry = Geometry.from_seconds(chunk_seconds, overlap, rate)
+    started = time.perf_counter()
+    plan.destination.parent.mkdir(parents=True, exist_ok=True)
+    with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:
+        result = enhance_stream(
+            plan.source, temporary,
+            lambda window: enhance_channels(model, window, rate, strict),
+            geometry, plan.output, name=plan.name, progress=progress,
+        )
+    return {
+        "input": plan.name, "output": str(plan.destination), "status": "done",
+        "sample_rate": rate, "channels": plan.info.channels, "frames": result.frames,
+        "seconds": round(plan.info.seconds, 6), "format": plan.output.format,
+        "subtype": plan.output.subtype, "windows": result.windows, "clamped": result.clamped,
+        "elapsed_seconds": round(time.perf_counter() - started, 3),
+    }
+
+
 def enhance_file(
     source: str | os.PathLike,
     destination: str | os.PathLike,
@@ -77,20 +175,32 @@ def enhance_file(
     model: ModelSpec = None,
     strict: bool = False,
     overwrite: bool = False,
+    chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+    overlap: float = DEFAULT_OVERLAP,
+    subtype: str | None = None,
+    progress: ProgressFn | None = None,
 ) -> dict:
-    """Enhance one audio file into another with the same rate, channels, length and format."""
-    from . import audio as audio_io
-    from pathlib import Path
+    """Enhance one audio file into another, streaming: same rate, channels, length and format.
 
-    source, destination = Path(source), Path(destination)
-    if destination.exists() and destination.resolve() == source.resolve():
-        raise UsageError(f"{destination}: output would overwrite the input")
-    info = audio_io.read_info(source)
-    check_sample_rate(info.sample_rate)
-    with audio_io.atomic_output(destination, overwrite=overwrite) as temporary:
-        data, info = audio_io.read(source)
-        enhanced = enhance(data, info.sample_rate, model=model, strict=strict)
-        enhanced, clamped = audio_io.clamp_for_subtype(enhanced, info)
-        audio_io.write(temporary, enhanced, info)
-    return {"input": str(source), "output": str(destination), "frames": info.frames,
-            "sample_rate": info.sample_rate, "channels": info.channels, "clamped": clamped}
+    Checks the input and the destination before the model is loaded. Returns what the CLI's
+    `--json` prints for the file; `clamped` counts samples an integer format had to clamp.
+    """
+    check_settings(chunk_seconds, overlap)
+    plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype)
+    return run_plan(plan, get_model(model), strict=strict, chunk_seconds=chunk_seconds,
+                    overlap=overlap, progress=progress)
+
+
+def select_device(name: str = DEFAULT_DEVICE) -> str:
+    """Make `name` (auto, gpu or cpu) MLX's default device; returns the device chosen."""
+    if name not in DEVICES:
+        raise UsageError(f"device must be one of {', '.join(DEVICES)}, got {name!r}")
+    has_gpu = mx.is_available(mx.gpu)
+    if name == "gpu" and not has_gpu:
+        raise UsageError(
+            "no GPU in this MLX build (Metal needs Apple silicon, CUDA needs "
+            "pip install 'speechlens[cuda]'); use --device cpu"
+        )
+    device = mx.gpu if name == "gpu" or (name == "auto" and has_gpu) else mx.cpu
+    mx.set_default_device(device)
+    return "gpu" if device == mx.gpu else "cpu"

@@ -37,3 +37,9 @@ class AudioInputError(SpeechlensError):
 
 class OutputError(SpeechlensError):
     """The output cannot be written where asked."""
+
+
+class BatchFailedError(SpeechlensError):
+    """A batch ran to the end but some files failed; the summary lists them."""
+
+    exit_code = 3

@@ -1,0 +1,195 @@
+"""Streaming enhancement: read blocks, run fixed-length windows, cross-fade, write as they finish.
+
+Memory depends on the window length, never on the file length: the input is read a window at a
+time, each window is evaluated before the next is built, and only the cross-fade tail of the
+previous window is carried over. Every window except in files shorter than one window has the
+same length (the last one is aligned to the end of the file), so MLX reuses the same buffers.
+
+The defaults and limits here are the single source for the CLI and the Python API.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import soundfile as sf
+
+from .audio import OutputFormat, decode_error, open_reader
+from .errors import AudioInputError, OutputError, UsageError
+
+DEFAULT_CHUNK_SECONDS = 5.0
+CHUNK_SECONDS_RANGE = (5.0, 30.0)
+DEFAULT_OVERLAP = 0.05
+OVERLAP_RANGE = (0.0, 0.5)
+DEVICES = ("auto", "gpu", "cpu")
+DEFAULT_DEVICE = "auto"
+#: Freed MLX buffers kept for reuse. Windows all have one length, so a small pool is enough.
+CACHE_LIMIT_BYTES = 256 * 1024 * 1024
+
+WindowFn = Callable[[np.ndarray], np.ndarray]
+ProgressFn = Callable[[int], None]
+
+
+@dataclass(frozen=True)
+class Geometry:
+    """Window length and cross-fade length, in samples."""
+
+    chunk: int
+    overlap: int
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1 or not 0 <= self.overlap <= self.chunk // 2:
+            raise UsageError(
+                f"window of {self.chunk} samples with {self.overlap} overlap: need a window of at "
+                "least 1 sample and an overlap of at most half of it"
+            )
+
+    @classmethod
+    def from_seconds(cls, chunk_seconds: float, overlap: float, sample_rate: int) -> Geometry:
+        """Seconds and a fraction of the window -> samples (NVIDIA's int(portion * chunk))."""
+        chunk = max(1, round(chunk_seconds * sample_rate))
+        return cls(chunk, int(overlap * chunk))
+
+    @property
+    def hop(self) -> int:
+        return self.chunk - self.overlap
+
+    def starts(self, frames: int) -> list[int]:
+        """Window starts: every hop while a window ends before the file does, then one ending at it."""
+        starts = list(range(0, max(frames - self.chunk, 0), self.hop))
+        starts.append(max(frames - self.chunk, 0))
+        return starts
+
+
+def check_settings(chunk_seconds: float, overlap: float) -> None:
+    """The CLI's and the API's accepted window geometry."""
+    low, high = CHUNK_SECONDS_RANGE
+    if not low <= chunk_seconds <= high:
+        raise UsageError(f"chunk length {chunk_seconds:g} s is outside {low:g}-{high:g} s")
+    low, high = OVERLAP_RANGE
+    if not low <= overlap <= high:
+        raise UsageError(f"overlap {overlap:g} is outside {low:g}-{high:g} of the window")
+
+
+def crossfade_weights(length: int) -> tuple[np.ndarray, np.ndarray]:
+    """sin^2 fade-in and cos^2 fade-out over `length` samples, as [length, 1] float64."""
+    t = (np.arange(length, dtype=np.float64) + 0.5) / max(length, 1)
+    fade_in = np.sin(0.5 * math.pi * t) ** 2
+    return fade_in[:, None], (1.0 - fade_in)[:, None]
+
+
+@contextlib.contextmanager
+def bounded_cache(limit: int = CACHE_LIMIT_BYTES) -> Iterator[None]:
+    """Cap MLX's buffer cache for the duration of a run, then restore the caller's limit."""
+    previous = mx.set_cache_limit(limit)
+    try:
+        yield
+    finally:
+        mx.set_cache_limit(previous)
+        mx.clear_cache()
+
+
+@dataclass(frozen=True)
+class StreamResult:
+    frames: int
+    windows: int
+    clamped: int
+
+
+class _WindowReader:
+    """Hands out windows in increasing order while holding at most one window of input."""
+
+    def __init__(self, handle: sf.SoundFile, frames: int, name: str):
+        self.handle, self.frames, self.name = handle, frames, name
+        self.buffer = np.zeros((0, handle.channels), np.float32)
+        self.origin = 0  # file position of buffer[0]
+
+    def window(self, start: int, end: int) -> np.ndarray:
+        self.buffer = self.buffer[max(start - self.origin, 0):]
+        self.origin = max(start, self.origin)
+        missing = end - (self.origin + len(self.buffer))
+        if missing > 0:
+            try:
+                block = self.handle.read(missing, dtype="float32", always_2d=True)
+            except (sf.LibsndfileError, RuntimeError) as error:
+                raise decode_error(self.name, error) from None
+            if len(block) < missing:
+                got = self.origin + len(self.buffer) + len(block)
+                raise AudioInputError(
+                    f"{self.name}: truncated (audio ends at frame {got} of {self.frames})"
+                )
+            if not np.isfinite(block).all():
+                raise AudioInputError(f"{self.name}: contains NaN or Inf samples")
+            self.buffer = np.concatenate([self.buffer, block]) if len(self.buffer) else block
+        return self.buffer[start - self.origin:end - self.origin]
+
+
+def _open_sink(path, sample_rate: int, channels: int, output: OutputFormat) -> sf.SoundFile:
+    try:
+        return sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
+                            format=output.format)
+    except (sf.LibsndfileError, RuntimeError, OSError) as error:
+        raise OutputError(
+            f"{path}: cannot write {output.format}/{output.subtype} here ({error})"
+        ) from None
+
+
+def enhance_stream(
+    source: str | Path,
+    destination: str | Path,
+    enhance_window: WindowFn,
+    geometry: Geometry,
+    output: OutputFormat,
+    *,
+    name: str | None = None,
+    progress: ProgressFn | None = None,
+) -> StreamResult:
+    """Enhance `source` into `destination` window by window, writing each block once it is final.
+
+    `enhance_window` maps float32 [n, channels] to the enhanced [n, channels] (evaluated).
+    Where windows overlap by `geometry.overlap` samples, the earlier one fades out (cos^2) as the
+    later one fades in (sin^2), divided by the summed weight; elsewhere each output sample comes
+    from exactly one window. The last window ends at the end of the file, so every window but
+    that of a file shorter than one window has the full length.
+    """
+    name = name or str(source)
+    with open_reader(source, name) as (handle, info), bounded_cache():
+        reader = _WindowReader(handle, info.frames, name)
+        starts = geometry.starts(info.frames)
+        clamped = written = 0
+        tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade region
+        with _open_sink(destination, info.sample_rate, info.channels, output) as sink:
+
+            def emit(block: np.ndarray) -> None:
+                nonlocal clamped, written
+                if output.is_integer:
+                    over = int(np.count_nonzero(np.abs(block) > 1.0))
+                    if over:
+                        clamped += over
+                        block = np.clip(block, -1.0, 1.0)
+                try:
+                    sink.write(block)
+                except (sf.LibsndfileError, RuntimeError, OSError) as error:
+                    raise OutputError(f"{destination}: write failed ({error})") from None
+                written += len(block)
+                if progress is not None:
+                    progress(written)
+
+            for index, start in enumerate(starts):
+                end = min(start + geometry.chunk, info.frames)
+                enhanced = enhance_window(reader.window(start, end))
+                if len(tail):
+                    fade_in, fade_out = crossfade_weights(len(tail))
+                    head = enhanced[written - start:written - start + len(tail)]
+                    mixed = (tail * fade_out + head * fade_in) / (fade_out + fade_in)
+                    emit(mixed.astype(np.float32))
+                final = end if index == len(starts) - 1 else end - geometry.overlap
+                emit(enhanced[written - start:final - start])
+                tail = enhanced[final - start:]
+    return StreamResult(written, len(starts), clamped)

@@ -1,0 +1,512 @@
+"""The `speechlens` command: files, folders, stdin/stdout, safety, exit codes, models, doctor.
+
+Audio here is short (a few hundred samples at 8 kHz, one window at the CLI's 5-s minimum) and
+the model is the tiny fixture checkpoint passed with --model, so a model run costs ~0.2 s.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import pytest
+import soundfile as sf
+from click.testing import CliRunner
+
+from fixtures.audio import noisy_speech
+from fixtures.checkpoints import TINY_CONFIG, write_checkpoint
+from speechlens_cli import blas, checkpoint, cli, kernels
+from speechlens_cli.cli import main
+
+RATE = 8000
+COLOR_CODE = re.compile(r"\x1b\[(3\d|9\d)m")  # a foreground colour, not bold or cursor moves
+
+
+def invoke(*args, **kwargs):
+    return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
+
+
+def make_audio(path: Path, frames: int = 400, channels: int = 1, subtype: str = "PCM_16",
+               fmt: str = "WAV", rate: int = RATE, seed: int = 0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sf.write(str(path), noisy_speech(rate, frames / rate, channels=channels, seed=seed), rate,
+             subtype=subtype, format=fmt)
+    return path
+
+
+def json_lines(text: str) -> list[dict]:
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def leftovers(root: Path) -> list[Path]:
+    """Temporary outputs anywhere under `root` (there must never be any after a run)."""
+    return list(root.rglob("*.partial"))
+
+
+def one_error_line(result) -> str:
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("error: ")
+    return lines[0]
+
+
+@pytest.fixture
+def tree(tmp_path) -> Path:
+    """in/ with nested folders: three good files (mono PCM16, stereo FLAC 24, mono float), one
+    damaged .wav and one text file."""
+    root = tmp_path / "in"
+    make_audio(root / "a.wav", 400, seed=1)
+    make_audio(root / "sub" / "b.flac", 450, channels=2, subtype="PCM_24", fmt="FLAC", seed=2)
+    make_audio(root / "sub" / "deeper" / "c.wav", 500, subtype="FLOAT", seed=3)
+    (root / "sub" / "corrupt.wav").write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt not really")
+    (root / "notes.txt").write_text("not audio\n")
+    return root
+
+
+@pytest.fixture
+def load_count(monkeypatch) -> list[int]:
+    """How many times a model gets loaded (the real loader still runs)."""
+    calls = [0]
+    real = checkpoint.load_model
+
+    def counting(*args, **kwargs):
+        calls[0] += 1
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "load_model", counting)
+    return calls
+
+
+# ------------------------------------------------------------------------------ one file
+
+def test_file_to_file_keeps_format_and_prints_json(tmp_path, tiny_checkpoint):
+    src = make_audio(tmp_path / "in.wav", 500, channels=2, subtype="PCM_24")
+    dst = tmp_path / "out.wav"
+    result = invoke("enhance", src, dst, "--model", tiny_checkpoint, "--json")
+    assert result.exit_code == 0, result.output
+    (record,) = json_lines(result.stdout)
+    assert record["status"] == "done" and record["frames"] == 500 and record["channels"] == 2
+    info = sf.info(str(dst))
+    assert (info.frames, info.channels, info.samplerate, info.subtype) == (500, 2, RATE, "PCM_24")
+    assert not leftovers(tmp_path)
+
+
+def test_progress_is_off_without_a_terminal(tmp_path, tiny_checkpoint):
+    """CliRunner's stderr is not a TTY: the only output is the one-line result."""
+    src = make_audio(tmp_path / "in.wav")
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 0
+    assert result.stderr.startswith("enhanced ") and result.stderr.count("\n") == 1
+    assert "\x1b" not in result.stderr and "\r" not in result.stderr
+
+
+def test_quiet_prints_nothing_and_overwrite_replaces(tmp_path, tiny_checkpoint):
+    src = make_audio(tmp_path / "in.wav")
+    dst = tmp_path / "out.wav"
+    dst.write_bytes(b"old")
+    result = invoke("enhance", src, dst, "--model", tiny_checkpoint, "--overwrite", "-q")
+    assert result.exit_code == 0
+    assert result.stderr == "" and result.stdout == ""
+    assert sf.info(str(dst)).frames == 400
+
+
+def test_stdin_to_stdout(tmp_path, tiny_checkpoint):
+    src = make_audio(tmp_path / "in.wav", 450, subtype="PCM_24")
+    result = invoke("enhance", "-", "-", "--model", tiny_checkpoint, "-q",
+                    input=src.read_bytes())
+    assert result.exit_code == 0, result.stderr
+    data, rate = sf.read(io.BytesIO(result.stdout_bytes), dtype="float32")
+    info = sf.info(io.BytesIO(result.stdout_bytes))
+    assert (len(data), rate, info.format, info.subtype) == (450, RATE, "WAV", "PCM_24")
+
+
+def test_suffix_names_the_container(tmp_path, tiny_checkpoint):
+    """in.wav -> out.flac writes FLAC (PCM_16 kept: FLAC holds it)."""
+    src = make_audio(tmp_path / "in.wav")
+    result = invoke("enhance", src, tmp_path / "out.flac", "--model", tiny_checkpoint)
+    assert result.exit_code == 0
+    info = sf.info(str(tmp_path / "out.flac"))
+    assert (info.format, info.subtype, info.frames) == ("FLAC", "PCM_16", 400)
+
+
+def test_file_into_a_folder_keeps_its_name(tmp_path, tiny_checkpoint):
+    src = make_audio(tmp_path / "in.wav")
+    (tmp_path / "out").mkdir()
+    result = invoke("enhance", src, tmp_path / "out", "--model", tiny_checkpoint)
+    assert result.exit_code == 0
+    assert sf.info(str(tmp_path / "out" / "in.wav")).frames == 400
+    missing = invoke("enhance", src, f"{tmp_path / 'nowhere'}/", "--model", tiny_checkpoint)
+    assert missing.exit_code == 1 and "nowhere: output folder does not exist" in \
+        one_error_line(missing)
+
+
+# ------------------------------------------------------------------------------ batches
+
+def test_batch_finishes_the_others_then_resumes_without_redoing(tmp_path, tree, tiny_checkpoint,
+                                                                load_count):
+    out = tmp_path / "out"
+    result = invoke("enhance", tree, out, "--model", tiny_checkpoint, "--json")
+    assert result.exit_code == 3
+    records = {Path(r["input"]).name: r for r in json_lines(result.stdout)}
+    assert {name: r["status"] for name, r in records.items()} == {
+        "a.wav": "done", "b.flac": "done", "c.wav": "done", "corrupt.wav": "failed",
+        "notes.txt": "not-audio"}
+    assert "corrupt.wav" in records["corrupt.wav"]["error"]
+    assert load_count[0] == 1
+    for name in ("a.wav", "sub/b.flac", "sub/deeper/c.wav"):
+        before, after = sf.info(str(tree / name)), sf.info(str(out / name))
+        assert (after.format, after.subtype, after.channels, after.frames, after.samplerate) == \
+            (before.format, before.subtype, before.channels, before.frames, before.samplerate)
+    assert not (out / "sub" / "corrupt.wav").exists() and not (out / "notes.txt").exists()
+    assert not leftovers(tmp_path)
+    assert "failed: " in result.stderr and "corrupt.wav" in result.stderr
+    assert f"skipped, not audio: {tree / 'notes.txt'}" in result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "error: 1 of 4 files failed (listed above)"
+
+    stamps = {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()}
+    again = invoke("enhance", tree, out, "--model", tmp_path / "no-such-model", "--json",
+                   "--skip-existing")
+    assert again.exit_code == 3  # the damaged file still fails; no model was needed
+    statuses = {Path(r["input"]).name: r["status"] for r in json_lines(again.stdout)}
+    assert statuses == {"a.wav": "skipped", "b.flac": "skipped", "c.wav": "skipped",
+                        "corrupt.wav": "failed", "notes.txt": "not-audio"}
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps
+    assert load_count[0] == 1
+
+
+def test_batch_without_failures_exits_0(tmp_path, tiny_checkpoint):
+    make_audio(tmp_path / "in" / "x" / "one.wav")
+    result = invoke("enhance", tmp_path / "in", tmp_path / "out", "--model", tiny_checkpoint)
+    assert result.exit_code == 0
+    assert (tmp_path / "out" / "x" / "one.wav").is_file()
+    assert "1 done" in result.stderr
+
+
+def test_several_inputs_into_one_folder(tmp_path, tiny_checkpoint):
+    """Files and folders with -o; a second input with the same output name fails, not clobbers."""
+    one = make_audio(tmp_path / "a" / "same.wav", seed=1)
+    two = make_audio(tmp_path / "b" / "same.wav", seed=2)
+    make_audio(tmp_path / "folder" / "inner.wav", seed=3)
+    out = tmp_path / "out"
+    result = invoke("enhance", one, two, tmp_path / "folder", "-o", out, "--model",
+                    tiny_checkpoint, "--json")
+    assert result.exit_code == 3
+    statuses = [r["status"] for r in json_lines(result.stdout)]
+    assert statuses == ["done", "failed", "done"]
+    assert "also the output of another input" in result.stdout
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.wav")) == \
+        ["inner.wav", "same.wav"]
+
+
+def test_dry_run_writes_nothing_and_loads_no_model(tmp_path, load_count):
+    make_audio(tmp_path / "in" / "a.wav", 400)
+    make_audio(tmp_path / "in" / "sub" / "b.wav", 480, channels=2)
+    before = sorted(tmp_path.rglob("*"))
+    out = tmp_path / "out"
+    result = invoke("enhance", tmp_path / "in", out, "--dry-run", "--json",
+                    "--model", tmp_path / "no-such-model")
+    assert result.exit_code == 0, result.output
+    records = json_lines(result.stdout)
+    assert [(r["status"], r["frames"], r["channels"], r["sample_rate"]) for r in records] == \
+        [("planned", 400, 1, RATE), ("planned", 480, 2, RATE)]
+    assert records[1]["output"] == str(out / "sub" / "b.wav")
+    assert sorted(tmp_path.rglob("*")) == before and not out.exists()
+    assert load_count[0] == 0
+    plain = invoke("enhance", tmp_path / "in", out, "--dry-run", "--model", "unused")
+    assert f"-> {out / 'a.wav'}: 8000 Hz, 1 ch, 0.05 s, WAV/PCM_16" in plain.stdout
+
+
+def test_no_color_is_honoured(tmp_path):
+    """FORCE_COLOR makes Rich colour the summary; NO_COLOR takes the colours out again."""
+    make_audio(tmp_path / "in" / "a.wav")
+    args = ("enhance", tmp_path / "in", tmp_path / "out", "--dry-run", "--model", "unused")
+    coloured = invoke(*args, env={"FORCE_COLOR": "1", "NO_COLOR": None})
+    plain = invoke(*args, env={"FORCE_COLOR": "1", "NO_COLOR": "1"})
+    assert coloured.exit_code == plain.exit_code == 0
+    assert COLOR_CODE.search(coloured.stderr)
+    assert not COLOR_CODE.search(plain.stderr) and "planned" in plain.stderr
+
+
+#: The CLI with Ctrl-C handling on even when pytest runs in a background job (which starts
+#: children with SIGINT ignored, as a terminal never would).
+_CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+          "from speechlens_cli.cli import main; sys.argv[0] = 'speechlens'; main()")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_interrupt_mid_file_leaves_nothing_and_exits_130(tmp_path, tiny_checkpoint, sig):
+    """A real process, signalled once its temporary output exists (the model is mid-file)."""
+    # One 5-s window: many seconds of model time, so a busy machine cannot let the run finish
+    # before the signal lands; the interrupt itself takes effect well within a second.
+    src = make_audio(tmp_path / "long.wav", 40_000)
+    out = tmp_path / "out"
+    out.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, "enhance", str(src), str(out / "o.wav"),
+         "--model", str(tiny_checkpoint)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    deadline = time.monotonic() + 60
+    while not leftovers(out):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no temporary output appeared"
+        time.sleep(0.01)
+    process.send_signal(sig)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines()[-1].startswith("interrupted")
+    assert list(out.iterdir()) == []
+
+
+# ------------------------------------------------------------------------------ bad input
+
+def _wav_bytes(frames: int, subtype="PCM_16", rate=RATE, fmt="WAV") -> bytes:
+    buffer = io.BytesIO()
+    sf.write(buffer, noisy_speech(rate, frames / rate), rate, subtype=subtype, format=fmt)
+    return buffer.getvalue()
+
+
+def _with_sample(tmp: Path, value: float) -> Path:
+    data = noisy_speech(RATE, 0.1)
+    data[500] = value
+    sf.write(str(tmp / "in.wav"), data, RATE, subtype="FLOAT")
+    return tmp / "in.wav"
+
+
+def _case_inputs(tmp: Path) -> dict[str, tuple[list, int, str]]:
+    """name -> (enhance arguments, exit code, text the one error line must contain).
+
+    Each case is set up lazily in `tmp`; "OUT" stands for tmp/out.wav, "MODEL" for the tiny
+    checkpoint."""
+    def write(name: str, data: bytes) -> Path:
+        (tmp / name).write_bytes(data)
+        return tmp / name
+
+    def good() -> Path:
+        return make_audio(tmp / "in.wav")
+
+    return {
+        "not-audio": lambda: ([write("in.wav", b"hello, not audio"), "OUT"], 1,
+                              "in.wav: not a readable audio file"),
+        "truncated-wav": lambda: ([write("in.wav", _wav_bytes(4000)[:4000]), "OUT"], 1,
+                                  "in.wav: truncated"),
+        "truncated-flac": lambda: ([write("in.flac", _wav_bytes(4000, fmt="FLAC")[:3000]),
+                                    tmp / "out.flac"], 1, "in.flac: could not be decoded"),
+        "empty": lambda: ([write("in.wav", b""), "OUT"], 1, "in.wav: is empty"),
+        "zero-length": lambda: ([write("in.wav", _wav_bytes(0)), "OUT"], 1,
+                                "in.wav: contains no audio frames"),
+        "nan": lambda: ([_with_sample(tmp, np.nan), "OUT"], 1, "in.wav: contains NaN or Inf"),
+        "inf": lambda: ([_with_sample(tmp, np.inf), "OUT"], 1, "in.wav: contains NaN or Inf"),
+        "rate-below-8k": lambda: ([make_audio(tmp / "in.wav", 4000, rate=4000), "OUT"], 1,
+                                  "in.wav: sample rate 4000 Hz is not supported"),
+        "too-short": lambda: ([make_audio(tmp / "in.wav", 100), "OUT"], 1,
+                              "in.wav: too short (100 samples; one STFT frame needs 320"),
+        "missing": lambda: ([tmp / "in.wav", "OUT"], 1, "in.wav: no such file"),
+        "output-exists": lambda: ([good(), write("out.wav", b"keep me")], 1,
+                                  "out.wav: already exists (use --overwrite"),
+        "output-is-input": lambda: ([good(), tmp / "in.wav"], 2, "is the input itself"),
+        "output-is-input-via-dotdot": lambda: ([good(), _via_dotdot(tmp), "--overwrite"], 2,
+                                               "is the input itself"),
+        "output-is-input-via-symlink": lambda: (
+            [good(), _symlink(tmp / "link.wav", tmp / "in.wav"), "--overwrite"], 2,
+            "is the input itself"),
+        "unwritable-folder-before-model": lambda: (
+            [good(), "/sys/speechlens-test.wav", "--model", tmp / "no-such-model"], 1,
+            "/sys: not writable"),
+        "missing-output-folder": lambda: ([good(), tmp / "nowhere" / "out.wav"], 1,
+                                          "output folder does not exist"),
+        "folder-to-stdout": lambda: ([_folder(tmp), "-"], 2, "cannot be written to stdout"),
+        "folder-without-audio": lambda: ([_folder(tmp, audio=False), tmp / "out"], 2,
+                                         "no audio files found"),
+        "bad-model": lambda: ([good(), "OUT", "--model", tmp / "no-such-model"], 1,
+                              "no-such-model: no such checkpoint"),
+        "chunk-too-short": lambda: ([good(), "OUT", "--chunk-seconds", "4"], 2,
+                                    "chunk length 4 s is outside 5-30 s"),
+        "chunk-too-long": lambda: ([good(), "OUT", "--chunk-seconds", "31"], 2, "outside 5-30 s"),
+        "overlap-too-large": lambda: ([good(), "OUT", "--overlap", "0.6"], 2,
+                                      "overlap 0.6 is outside 0-0.5"),
+        "overwrite-and-skip": lambda: ([good(), "OUT", "--overwrite", "--skip-existing"], 2,
+                                       "contradict"),
+        "unknown-subtype": lambda: ([good(), "OUT", "--subtype", "PCM_99"], 2,
+                                    "unknown subtype 'PCM_99'"),
+        "subtype-not-in-container": lambda: ([good(), tmp / "out.flac", "--subtype", "FLOAT"],
+                                             2, "FLOAT cannot be written in a FLAC file"),
+        "json-with-stdout": lambda: ([good(), "-", "--json"], 2, "--json writes to stdout"),
+        "one-path": lambda: ([good()], 2, "give SOURCE and DESTINATION"),
+        "unknown-option": lambda: ([good(), "OUT", "--loud"], 2, "No such option '--loud'"),
+    }
+
+
+def _via_dotdot(tmp: Path) -> Path:
+    (tmp / "sub").mkdir()
+    return tmp / "sub" / ".." / "in.wav"
+
+
+def _symlink(link: Path, target: Path) -> Path:
+    link.symlink_to(target)
+    return link
+
+
+def _folder(tmp: Path, audio: bool = True) -> Path:
+    folder = tmp / "folder"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("text")
+    if audio:
+        make_audio(folder / "a.wav")
+    return folder
+
+
+BAD_CASES = sorted(_case_inputs(Path("/nonexistent")))
+
+
+@pytest.mark.parametrize("case", BAD_CASES)
+def test_bad_input_gives_one_clear_line_and_a_nonzero_exit(tmp_path, tiny_checkpoint, case):
+    args, code, fragment = _case_inputs(tmp_path)[case]()
+    args = [tmp_path / "out.wav" if a == "OUT" else a for a in args]
+    if "--model" not in args:
+        args += ["--model", tiny_checkpoint]
+    before = {p for p in tmp_path.rglob("*")}
+    result = invoke("enhance", *args)
+    assert result.exit_code == code, result.output
+    assert fragment in one_error_line(result)
+    created = {p for p in tmp_path.rglob("*")} - before
+    assert not created, created
+    if case == "output-exists":
+        assert (tmp_path / "out.wav").read_bytes() == b"keep me"
+
+
+@pytest.mark.skipif(mx.is_available(mx.gpu), reason="this machine has a GPU")
+def test_gpu_without_a_gpu_is_a_usage_error(tmp_path):
+    result = invoke("enhance", make_audio(tmp_path / "in.wav"), tmp_path / "out.wav",
+                    "--device", "gpu")
+    assert result.exit_code == 2
+    assert "no GPU" in one_error_line(result)
+
+
+# ------------------------------------------------------------------------------ models, doctor
+
+@pytest.fixture
+def hf_cache(tmp_path, monkeypatch) -> Path:
+    """An empty Hugging Face cache, offline: nothing here may reach the network."""
+    from huggingface_hub import constants
+
+    cache = tmp_path / "hf-cache"
+    cache.mkdir()
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(cache))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.delenv(checkpoint.MODEL_ENV, raising=False)
+    return cache
+
+
+def _cache_pinned_copy(cache: Path) -> Path:
+    """The tiny checkpoint laid out as the pinned nvidia/RE-USE revision (its sha256 differs)."""
+    repo = cache / "models--nvidia--RE-USE"
+    snapshot = write_checkpoint(repo / "snapshots" / checkpoint.PINNED_REVISION, TINY_CONFIG)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(checkpoint.PINNED_REVISION)
+    return snapshot
+
+
+def test_models_list_and_path(hf_cache, tiny_checkpoint):
+    empty = invoke("models", "list")
+    assert empty.exit_code == 0 and "no checkpoints in the Hugging Face cache" in empty.stdout
+    missing = invoke("models", "path")
+    assert missing.exit_code == 1
+    assert "nvidia/RE-USE is not in the Hugging Face cache" in one_error_line(missing)
+
+    snapshot = _cache_pinned_copy(hf_cache)
+    listed = invoke("models", "list", env={checkpoint.MODEL_ENV: str(tiny_checkpoint)})
+    assert f"nvidia/RE-USE@{checkpoint.PINNED_REVISION[:12]} (pinned)" in listed.stdout
+    assert f"{checkpoint.MODEL_ENV}={tiny_checkpoint}" in listed.stdout
+    assert invoke("models", "path").stdout.strip() == str(snapshot)
+    assert invoke("models", "path", tiny_checkpoint).stdout.strip() == str(tiny_checkpoint)
+
+
+def test_models_pull_shows_the_license_first(hf_cache, tiny_checkpoint):
+    refused = invoke("models", "pull")   # CliRunner's stdin is not a terminal
+    assert refused.exit_code == 2
+    assert checkpoint.LICENSE_NOTE in refused.stderr
+    assert "--accept-license" in refused.stderr.strip().splitlines()[-1]
+
+    offline = invoke("models", "pull", "--accept-license")
+    assert offline.exit_code == 1
+    assert "HF_HUB_OFFLINE" in offline.stderr.strip().splitlines()[-1]
+
+    _cache_pinned_copy(hf_cache)   # cached now: no license text, straight to verification
+    cached = invoke("models", "pull")
+    assert checkpoint.LICENSE_NOTE not in cached.stderr
+    assert cached.exit_code == 1 and "does not match the pinned" in one_error_line(cached)
+
+    local = invoke("models", "pull", tiny_checkpoint)
+    assert local.exit_code == 0 and "ok: sha256" in local.stdout
+    assert checkpoint.LICENSE_NOTE not in local.stderr
+
+
+def _doctor_lines(result) -> dict[str, str]:
+    return {line.split(":", 1)[0]: line for line in result.stdout.splitlines()
+            if re.match(r"^[a-z]+:", line)}
+
+
+def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypatch):
+    """BLAS speed is pinned (fast, then slow) so the count of problems is predictable."""
+    monkeypatch.setattr(cli, "_matmul_gflops", lambda: 1000.0)
+    healthy = invoke("doctor", "--model", tiny_checkpoint)
+    lines = _doctor_lines(healthy)
+    assert {"platform", "mlx", "kernels", "cache", "model"} <= set(lines)
+    assert mx.__version__ in lines["mlx"] and ": ok, sha256" in lines["model"]
+    assert "causal_conv1d, selective_scan on the" in lines["kernels"]
+    assert blas.INSTALL_HINT not in healthy.stdout
+    baseline = healthy.stdout.count("fix:")   # e.g. a GPU this MLX build does not use
+    assert healthy.exit_code == (1 if baseline else 0)
+    blas_checked = "blas" in lines
+
+    monkeypatch.setattr(cli, "_matmul_gflops", lambda: 1.0)
+    monkeypatch.setattr(blas, "loaded", None)
+    monkeypatch.setattr(blas, "status", "no optimized BLAS found")
+    monkeypatch.setattr(kernels, "active_kernels", lambda: {"selective_scan": "fused (cpu)"},
+                        raising=False)
+    sick = invoke("doctor")   # nothing cached, slow BLAS
+    assert sick.exit_code == 1
+    assert "fused (cpu)" in _doctor_lines(sick)["kernels"]
+    assert "fix: speechlens models pull" in sick.stdout
+    if blas_checked:
+        assert "1.0 GFLOP/s" in _doctor_lines(sick)["blas"]
+        assert f"fix: {blas.INSTALL_HINT}" in sick.stdout
+    assert f"{baseline + 1 + blas_checked} problem(s) found" in sick.stdout
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or mx.is_available(mx.gpu),
+                    reason="BLAS speed is measured on Linux CPU only")
+def test_doctor_measures_blas(tiny_checkpoint):
+    result = invoke("doctor", "--model", tiny_checkpoint)
+    gflops = float(re.search(r"blas:\s+([\d.]+) GFLOP/s", result.stdout).group(1))
+    assert gflops > 0
+    assert blas.status in result.stdout
+    assert ("fix:" in result.stdout.split("blas:", 1)[1].split("cache:", 1)[0]) == \
+        (gflops < cli.BLAS_SLOW_GFLOPS)
+
+
+def test_version_names_mlx_and_backend():
+    result = invoke("--version")
+    assert result.exit_code == 0 and f"mlx {mx.__version__}" in result.stdout
+
+
+def test_defaults_are_shared_with_the_api():
+    """The CLI's defaults are the pipeline's constants, which enhance_file also uses."""
+    import inspect
+
+    from speechlens_cli import api, pipeline
+
+    params = {p.name: p.default for p in cli.enhance.params}
+    signature = inspect.signature(api.enhance_file).parameters
+    assert params["chunk_seconds"] == signature["chunk_seconds"].default == \
+        pipeline.DEFAULT_CHUNK_SECONDS
+    assert params["overlap"] == signature["overlap"].default == pipeline.DEFAULT_OVERLAP
