@@ -28,10 +28,6 @@ _OPENING = re.compile(r"^Error opening '.*?': ")
 _COPY_BLOCK = 1 << 20
 
 
-def is_integer_subtype(subtype: str) -> bool:
-    return subtype.startswith("PCM") or subtype in _INTEGER_SUBTYPES
-
-
 @dataclass(frozen=True)
 class AudioInfo:
     frames: int
@@ -39,10 +35,6 @@ class AudioInfo:
     channels: int
     format: str
     subtype: str
-
-    @property
-    def is_integer(self) -> bool:
-        return is_integer_subtype(self.subtype)
 
     @property
     def seconds(self) -> float:
@@ -57,7 +49,7 @@ class OutputFormat:
     @property
     def is_integer(self) -> bool:
         """Integer encodings cannot hold peaks beyond full scale: they are clamped and counted."""
-        return is_integer_subtype(self.subtype)
+        return self.subtype.startswith("PCM") or self.subtype in _INTEGER_SUBTYPES
 
 
 def _reason(error: Exception) -> str:

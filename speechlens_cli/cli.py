@@ -209,13 +209,18 @@ def _backend_fix(backend: str) -> str | None:
     return None
 
 
-def _kernel_report(backend: str) -> str:
-    """What speechlens_cli.kernels says is active, when it says (active_kernels() -> dict)."""
-    describe = getattr(kernels, "active_kernels", None)
-    if callable(describe):
-        return ", ".join(f"{name}: {how}" for name, how in describe().items())
-    return (f"causal_conv1d, selective_scan on the {backend} backend "
-            "(which implementation is not reported by speechlens_cli.kernels)")
+def _kernel_check() -> tuple[str, str | None]:
+    """speechlens_cli.kernels' own account of where the kernels run, and what would fix a
+    fallback to the slow MLX-op versions."""
+    info = kernels.kernel_info()
+    text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")
+    if kernels.conv_kernel_disabled():
+        return (text + " (conv1d kernel disabled)",
+                f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}")
+    if info.get("cpu_library", "").startswith("unavailable"):
+        return text, ("install a C++ compiler (g++ or clang++) so the CPU kernels can be built, "
+                      "or reinstall speechlens with one present")
+    return text, None
 
 
 @main.command()
@@ -240,7 +245,7 @@ def doctor(ctx: click.Context, model: str | None) -> None:
     backend = _backend()
     report("mlx", f"{mx.__version__}, backend {backend}, default device {mx.default_device()}",
            _backend_fix(backend))
-    report("kernels", _kernel_report(backend))
+    report("kernels", *_kernel_check())
     if sys.platform.startswith("linux") and backend == "cpu":
         gflops = _matmul_gflops()
         report("blas", f"{gflops:.1f} GFLOP/s ({_BLAS_SIZE}x{_BLAS_SIZE} float32 matmul on the "
@@ -449,7 +454,8 @@ def _sigterm_interrupts():
               help="Window length in seconds (5-30).")
 @click.option("--overlap", type=float, default=DEFAULT_OVERLAP,
               help="Cross-fade between windows, as a fraction of the window (0-0.5).")
-@click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE)
+@click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
+              help="Where MLX runs (auto: the GPU when this MLX build has one).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @click.option("--skip-existing", is_flag=True, help="Keep existing outputs (resume a batch).")
 @click.option("--subtype", default=None, show_default=False,

@@ -10,9 +10,11 @@ import io
 import json
 import re
 import signal
+import struct
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import mlx.core as mx
@@ -126,6 +128,35 @@ def test_stdin_to_stdout(tmp_path, tiny_checkpoint):
     data, rate = sf.read(io.BytesIO(result.stdout_bytes), dtype="float32")
     info = sf.info(io.BytesIO(result.stdout_bytes))
     assert (len(data), rate, info.format, info.subtype) == (450, RATE, "WAV", "PCM_24")
+
+
+def test_options_reach_the_pipeline(tmp_path, tiny_checkpoint, monkeypatch):
+    """--strict-mode reaches the model, --subtype changes the encoding, --device cpu runs."""
+    from speechlens_cli import api
+
+    seen = []
+    real = api.enhance_channels
+    monkeypatch.setattr(api, "enhance_channels",
+                        lambda model, audio, rate, strict: seen.append(strict) or
+                        real(model, audio, rate, strict))
+    src = make_audio(tmp_path / "in.wav")
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--strict-mode", "--subtype", "float", "--device", "cpu")
+    assert result.exit_code == 0, result.stderr
+    assert seen == [True]
+    assert sf.info(str(tmp_path / "out.wav")).subtype == "FLOAT"
+
+
+def test_streamed_wav_from_a_pipe_is_accepted(tmp_path, tiny_checkpoint):
+    """Writers that cannot seek (ffmpeg to a pipe) leave 0xFFFFFFFF as the data size: that is
+    not truncation."""
+    raw = bytearray(make_audio(tmp_path / "in.wav", 400).read_bytes())
+    data = raw.find(b"data")
+    raw[4:8] = raw[data + 4:data + 8] = struct.pack("<I", 0xFFFFFFFF)
+    result = invoke("enhance", "-", tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    input=bytes(raw))
+    assert result.exit_code == 0, result.stderr
+    assert sf.info(str(tmp_path / "out.wav")).frames == 400
 
 
 def test_suffix_names_the_container(tmp_path, tiny_checkpoint):
@@ -244,9 +275,11 @@ _CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_h
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
 def test_interrupt_mid_file_leaves_nothing_and_exits_130(tmp_path, tiny_checkpoint, sig):
     """A real process, signalled once its temporary output exists (the model is mid-file)."""
-    # One 5-s window: many seconds of model time, so a busy machine cannot let the run finish
-    # before the signal lands; the interrupt itself takes effect well within a second.
-    src = make_audio(tmp_path / "long.wav", 40_000)
+    # A minute of noise (12 windows): tens of seconds of model time, so even a busy machine
+    # cannot finish the file before the signal lands; the interrupt takes effect within a second.
+    src = tmp_path / "long.wav"
+    sf.write(str(src), 0.1 * np.random.default_rng(0).standard_normal(60 * RATE), RATE,
+             subtype="PCM_16")
     out = tmp_path / "out"
     out.mkdir()
     process = subprocess.Popen(
@@ -281,11 +314,9 @@ def _with_sample(tmp: Path, value: float) -> Path:
     return tmp / "in.wav"
 
 
-def _case_inputs(tmp: Path) -> dict[str, tuple[list, int, str]]:
-    """name -> (enhance arguments, exit code, text the one error line must contain).
-
-    Each case is set up lazily in `tmp`; "OUT" stands for tmp/out.wav, "MODEL" for the tiny
-    checkpoint."""
+def _case_inputs(tmp: Path) -> dict[str, Callable[[], tuple[list, int, str]]]:
+    """name -> a set-up in `tmp` returning (enhance arguments, exit code, text the one error
+    line must contain). "OUT" stands for tmp/out.wav; cases without --model get the tiny one."""
     def write(name: str, data: bytes) -> Path:
         (tmp / name).write_bytes(data)
         return tmp / name
@@ -462,7 +493,7 @@ def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypa
     lines = _doctor_lines(healthy)
     assert {"platform", "mlx", "kernels", "cache", "model"} <= set(lines)
     assert mx.__version__ in lines["mlx"] and ": ok, sha256" in lines["model"]
-    assert "causal_conv1d, selective_scan on the" in lines["kernels"]
+    assert f"backend {kernels.backend()}" in lines["kernels"]
     assert blas.INSTALL_HINT not in healthy.stdout
     baseline = healthy.stdout.count("fix:")   # e.g. a GPU this MLX build does not use
     assert healthy.exit_code == (1 if baseline else 0)
@@ -471,16 +502,17 @@ def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypa
     monkeypatch.setattr(cli, "_matmul_gflops", lambda: 1.0)
     monkeypatch.setattr(blas, "loaded", None)
     monkeypatch.setattr(blas, "status", "no optimized BLAS found")
-    monkeypatch.setattr(kernels, "active_kernels", lambda: {"selective_scan": "fused (cpu)"},
-                        raising=False)
-    sick = invoke("doctor")   # nothing cached, slow BLAS
+    monkeypatch.setattr(kernels, "kernel_info", lambda: {
+        "backend": "cpu", "cpu_library": "unavailable (MLX-op fallbacks)"})
+    sick = invoke("doctor")   # nothing cached, slow BLAS, no CPU kernel library
     assert sick.exit_code == 1
-    assert "fused (cpu)" in _doctor_lines(sick)["kernels"]
+    assert "unavailable (MLX-op fallbacks)" in _doctor_lines(sick)["kernels"]
+    assert "fix: install a C++ compiler" in sick.stdout
     assert "fix: speechlens models pull" in sick.stdout
     if blas_checked:
         assert "1.0 GFLOP/s" in _doctor_lines(sick)["blas"]
         assert f"fix: {blas.INSTALL_HINT}" in sick.stdout
-    assert f"{baseline + 1 + blas_checked} problem(s) found" in sick.stdout
+    assert f"{baseline + 2 + blas_checked} problem(s) found" in sick.stdout
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or mx.is_available(mx.gpu),
