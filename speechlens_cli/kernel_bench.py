@@ -11,9 +11,10 @@ L=442, D=256 -- it times, after warm-up, the median (and min) of several repeats
 
 Inputs are random float32 laid out as the model produces them (u and z are column slices of
 one [B, L, 512] tensor; B and C of one [B, L, 36] tensor). Each timed region ends with
-``mx.eval`` (and ``mx.synchronize``), so GPU work is included. Peak memory is MLX's
-``mx.get_peak_memory()`` over that implementation's runs (reset before), and the process's peak
-RSS at the end. The output is a Markdown table headed by hardware, OS, Python, MLX and backend.
+``mx.eval`` (and ``mx.synchronize``), so GPU work is included. Peak memory is what MLX's
+``mx.get_peak_memory()`` reaches during that implementation's timed runs above the memory already
+held (the inputs), i.e. the output plus any intermediates; the process's peak RSS is printed at
+the end. The output is a Markdown table headed by hardware, OS, Python, MLX and backend.
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ def _time(fn, repeats: int, warmup: int) -> dict[str, float]:
     for _ in range(warmup):
         mx.eval(fn())
         mx.synchronize()
+    mx.synchronize()
+    base = mx.get_active_memory()  # the inputs, alive throughout
     mx.reset_peak_memory()
     times = []
     for _ in range(repeats):
@@ -135,7 +138,7 @@ def _time(fn, repeats: int, warmup: int) -> dict[str, float]:
         times.append(time.perf_counter() - t0)
         del out
     return {"median_ms": 1e3 * statistics.median(times), "min_ms": 1e3 * min(times),
-            "peak_mib": mx.get_peak_memory() / 2**20, "repeats": repeats}
+            "peak_mib": (mx.get_peak_memory() - base) / 2**20, "repeats": repeats}
 
 
 def run(shapes, repeats: int, warmup: int, ops_repeats: int, skip_ops: bool,
@@ -165,11 +168,68 @@ def run(shapes, repeats: int, warmup: int, ops_repeats: int, skip_ops: bool,
     return rows
 
 
+def parity(shapes, seed: int = 1) -> list[dict]:
+    """Kernel outputs against the float64 NumPy reference of tests/reference.py (checkout only):
+    relative RMS and max abs error, conv also against the mx.conv1d fallback."""
+    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
+    sys.path.insert(0, tests)
+    import reference as ref
+
+    def err(got, want):
+        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+        return (float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2))),
+                float(np.max(np.abs(got - want))), bool(np.all(np.isfinite(got))))
+
+    rows = []
+    for batch, length, channels in shapes:
+        data = _inputs(batch, length, channels, seed)
+        x, w, b = data["x"], data["weight"], data["bias"]
+        shape = f"{batch}x{length}x{channels}"
+        out = np.array(kernels.causal_conv1d(x, w, b))
+        want = ref.reference_causal_conv1d(np.array(x), np.array(w).transpose(0, 2, 1),
+                                           np.array(b))
+        rows.append({"op": "causal_conv1d", "shape": shape, "mode": "-",
+                     "against": "float64 reference", **dict(zip(
+                         ("rel_rms", "max_abs", "finite"), err(out, want)))})
+        fb = np.array(kernels.conv1d_fallback(x, w, b))
+        rows.append({"op": "causal_conv1d", "shape": shape, "mode": "-",
+                     "against": "mx.conv1d fallback", **dict(zip(
+                         ("rel_rms", "max_abs", "finite"), err(out, fb)))})
+        args = data["scan"]
+        want = ref.reference_selective_scan(*(np.array(a) for a in args))
+        for mode in ("standard", "strict"):
+            outs = [np.array(kernels.selective_scan(*args, strict=mode == "strict"))
+                    for _ in range(2)]
+            rel, mab, fin = err(outs[0], want)
+            rows.append({"op": "selective_scan", "shape": shape, "mode": mode,
+                         "against": "float64 reference", "rel_rms": rel, "max_abs": mab,
+                         "finite": fin, "bit_identical_rerun": bool(np.array_equal(
+                             outs[0].view(np.uint32), outs[1].view(np.uint32)))})
+        big = list(args)
+        big[1] = mx.full(args[1].shape, 1000.0, mx.float32)
+        out = np.array(kernels.selective_scan(*big, strict=True))
+        rows.append({"op": "selective_scan", "shape": shape, "mode": "strict, dt=1000",
+                     "against": "float64 reference", **dict(zip(
+                         ("rel_rms", "max_abs", "finite"),
+                         err(out, ref.reference_selective_scan(*(np.array(a) for a in big)))))})
+    return rows
+
+
+def parity_markdown(rows: list[dict]) -> str:
+    lines = ["| op | B x L x D | mode | against | rel RMS | max abs | finite | rerun identical |",
+             "|---|---|---|---|---:|---:|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['op']} | {r['shape']} | {r['mode']} | {r['against']} | "
+                     f"{r['rel_rms']:.2e} | {r['max_abs']:.2e} | {r['finite']} | "
+                     f"{r.get('bit_identical_rerun', '-')} |")
+    return "\n".join(lines)
+
+
 def markdown(env: dict[str, str], rows: list[dict]) -> str:
     lines = ["| | |", "|---|---|"]
     lines += [f"| {k} | {v} |" for k, v in env.items()]
     lines += ["", ("| op | B x L x D | mode | implementation | median ms | min ms | repeats | "
-                   "peak MLX MiB | vs kernel |"), "|---|---|---|---|---:|---:|---:|---:|---:|"]
+                   "extra peak MLX MiB | vs kernel |"), "|---|---|---|---|---:|---:|---:|---:|---:|"]
     kernel_ms = {(r["op"], r["shape"], r["mode"]): r["median_ms"] for r in rows
                  if r["impl"] == "kernel"}
     for r in rows:
@@ -195,17 +255,22 @@ def main(argv=None) -> int:
                    help="timed runs of the (slow) MLX-op scan")
     p.add_argument("--skip-ops", action="store_true", help="do not time the MLX-op scan")
     p.add_argument("--modes", default="standard,strict")
+    p.add_argument("--parity", action="store_true",
+                   help="also check the kernels against tests/reference.py (float64) first")
     p.add_argument("--json", help="also write the rows and environment to this JSON file")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     env = environment()
+    checks = parity(shapes) if args.parity else []
+    if checks:
+        print(parity_markdown(checks) + "\n", flush=True)
     rows = run(shapes, args.repeats, args.warmup, args.ops_repeats, args.skip_ops,
                tuple(m for m in args.modes.split(",") if m))
     text = markdown(env, rows)
     print(text)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"environment": env, "rows": rows}, f, indent=2)
+            json.dump({"environment": env, "rows": rows, "parity": checks}, f, indent=2)
     return 0
 
 

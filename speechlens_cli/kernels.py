@@ -69,7 +69,7 @@ CPU_COMPILE_FLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-fPIC", "-fvisib
 CONV_INPUTS = ("x", "weight", "bias")
 SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
 OUTPUTS = ("out",)
-GPU_THREADGROUP = 256
+GPU_THREADGROUP = 256  # threads per threadgroup / CUDA block (SPEECHLENS_GPU_THREADGROUP)
 
 
 class KernelInputError(ValueError):
@@ -213,11 +213,15 @@ def _gpu_kernel(name: str, which: str):
     raise ValueError(f"no GPU kernels for backend {which!r}")
 
 
+def _threadgroup() -> int:
+    return int(os.environ.get("SPEECHLENS_GPU_THREADGROUP", GPU_THREADGROUP))
+
+
 def _gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str) -> mx.array:
     batch, _, channels = x.shape
     kernel = _gpu_kernel("causal_conv1d", which)
     return kernel(inputs=[x, weight, bias], template=[("DI", int(channels))],
-                  grid=(batch * channels, 1, 1), threadgroup=(GPU_THREADGROUP, 1, 1),
+                  grid=(batch * channels, 1, 1), threadgroup=(_threadgroup(), 1, 1),
                   output_shapes=[tuple(x.shape)], output_dtypes=[mx.float32])[0]
 
 
@@ -226,7 +230,7 @@ def _gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str) -> mx.a
     kernel = _gpu_kernel("selective_scan", which)
     return kernel(inputs=[u, delta_raw, A_log, B, C, D, z],
                   template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))],
-                  grid=(batch * channels, 1, 1), threadgroup=(GPU_THREADGROUP, 1, 1),
+                  grid=(batch * channels, 1, 1), threadgroup=(_threadgroup(), 1, 1),
                   output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
 
 

@@ -166,6 +166,25 @@ def test_scan_matches_float64_reference(strict, batch, length, channels):
     assert _rel_rms(got, want) <= RTOL_SCAN, _rel_rms(got, want)
 
 
+@pytest.mark.parametrize("strict", [False, True])
+def test_scan_and_conv_accept_reversed_and_transposed_views(strict):
+    """Views with negative time strides (the backward branch flips sequences) or a non-unit
+    channel stride give the same result as contiguous copies."""
+    rng = np.random.default_rng(19)
+    args = _scan_inputs(rng, 3, 40, 24)
+    flipped = [a[:, ::-1] if a.ndim == 3 else a for a in args]
+    trans = mx.array(rng.standard_normal((3, 24, 40)).astype(np.float32)).transpose(0, 2, 1)
+    flipped[0] = trans  # u with channel stride 40
+    got = np.array(kernels.selective_scan(*flipped, strict=strict))
+    want = ref.reference_selective_scan(*_np(flipped))
+    assert _rel_rms(got, want) <= RTOL_SCAN
+    x, weight, bias = _conv_inputs(rng, 2, 30, 24)
+    for view in (x[:, ::-1], trans):
+        out = kernels.causal_conv1d(view, weight, bias)
+        assert float(mx.max(mx.abs(out - kernels.conv1d_fallback(view, weight, bias)))) \
+            <= ATOL_CONV
+
+
 def test_scan_strict_is_finite_at_dt_1000():
     rng = np.random.default_rng(17)
     args = list(_scan_inputs(rng, 2, 64, 32))
