@@ -56,6 +56,15 @@ cpu_kernels = Extension(
     optional=True,
 )
 
+# Lets MLX's Linux CPU backend use scipy-openblas (a PyPI dependency) instead of the reference
+# BLAS its wheel links; see speechlens_cli/blas.py.
+blas_shim = Extension(
+    "speechlens_cli._blas_shim",
+    sources=["csrc/blas_shim.c"],
+    extra_compile_args=["-O2", "-fvisibility=hidden"],
+    optional=True,
+)
+
 setup(
     # namespace discovery, as pyproject's [tool.setuptools.packages.find] did (model/ has no
     # __init__.py)
@@ -64,6 +73,6 @@ setup(
     + ["speechlens_cli.kernel_src"],
     package_dir={"speechlens_cli.kernel_src": "kernels"},
     package_data={"speechlens_cli.kernel_src": ["*.h", "*.metal", "*.cu", "*.cpp"]},
-    ext_modules=[cpu_kernels],
+    ext_modules=[cpu_kernels, blas_shim],
     cmdclass={"build_ext": BuildCpuKernels},
 )
