@@ -39,6 +39,7 @@ struct ConvArgs {
   float* out;
   int64_t nb, length, channels;
   int64_t sx[3], so[3], sw[2], sbias;
+  int silu;  // apply SiLU to the output (CPU only: saves a separate, slow MLX pass)
 };
 
 struct ScanArgs {
@@ -49,6 +50,16 @@ struct ScanArgs {
   int strict;
   int row_order;
 };
+
+// SiLU over one group of W channels along time, while the conv's output is still in cache.
+// Direct division, as in strict mode: the conv and its activation are the same in both modes.
+template <typename V>
+SL_FN void silu_in_place(float* out, int64_t stride, int64_t length) {
+  for (int64_t t = 0; t < length; ++t) {
+    float* row = out + t * stride;
+    SL_STORE(row, sl_silu_strict<V>(SL_LOAD(V, row)));
+  }
+}
 
 // Work unit = (batch, group of W channels); the last group of a row may be partial and then
 // runs lane by lane with V = float.
@@ -65,11 +76,13 @@ SL_FN void conv_units(const ConvArgs& a, int64_t begin, int64_t end) {
       sl_causal_conv1d_thread<V>(x + d0 * a.sx[2], a.sx[1], out + d0 * a.so[2], a.so[1],
                                  a.w + d0 * a.sw[0], a.sw[1], a.sw[0], a.bias + d0 * a.sbias,
                                  a.sbias, (int)a.length);
+      if (a.silu) silu_in_place<V>(out + d0 * a.so[2], a.so[1], a.length);
     } else {
       for (int64_t d = d0; d < a.channels; ++d) {
         sl_causal_conv1d_thread<float>(x + d * a.sx[2], a.sx[1], out + d * a.so[2], a.so[1],
                                        a.w + d * a.sw[0], a.sw[1], a.sw[0],
                                        a.bias + d * a.sbias, a.sbias, (int)a.length);
+        if (a.silu) silu_in_place<float>(out + d * a.so[2], a.so[1], a.length);
       }
     }
   }
@@ -336,12 +349,12 @@ __attribute__((visibility("default"))) int sl_cpu_isa(int requested) {
 __attribute__((visibility("default"))) int sl_cpu_causal_conv1d(
     const float* x, const int64_t* sx, const float* w, const int64_t* sw, const float* bias,
     int64_t sbias, float* out, const int64_t* so, int64_t nb, int64_t length, int64_t channels,
-    int64_t taps, int nthreads, int isa) {
+    int64_t taps, int nthreads, int isa, int silu) {
   if (taps != SL_CONV_WIDTH) return -1;
   if (sx[2] != 1 || so[2] != 1) return -2;
   if (nb <= 0 || length <= 0 || channels <= 0) return 0;
   ConvArgs a{x, w, bias, out, nb, length, channels,
-             {sx[0], sx[1], sx[2]}, {so[0], so[1], so[2]}, {sw[0], sw[1]}, sbias};
+             {sx[0], sx[1], sx[2]}, {so[0], so[1], so[2]}, {sw[0], sw[1]}, sbias, silu};
   isa = resolve_isa(isa);
   const int64_t units = nb * ((channels + lanes_of(isa) - 1) / lanes_of(isa));
   parallel_for(units, nthreads, [&a, isa](int64_t b, int64_t e) {

@@ -271,7 +271,7 @@ class _CpuLibrary:
         self.source_hash = lib.sl_cpu_source_hash().decode()
         vp, i64, cint = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
         lib.sl_cpu_causal_conv1d.argtypes = [vp, _I64P, vp, _I64P, vp, i64, vp, _I64P,
-                                             i64, i64, i64, i64, cint, cint]
+                                             i64, i64, i64, i64, cint, cint, cint]
         lib.sl_cpu_causal_conv1d.restype = cint
         lib.sl_cpu_selective_scan.argtypes = [vp, _I64P, vp, _I64P, vp, _I64P, vp, _I64P, vp,
                                               _I64P, vp, i64, vp, _I64P, vp, _I64P, i64, i64, i64,
@@ -406,7 +406,7 @@ def _output_like(shape, *inputs: mx.array) -> tuple[mx.array, np.ndarray] | None
     return None
 
 
-def _cpu_conv(lib: _CpuLibrary, x, weight, bias) -> mx.array:
+def _cpu_conv(lib: _CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array:
     batch, length, channels = x.shape
     pair = _output_like(x.shape, x, weight, bias)
     xv, wv, bv = _unit_last(_view(x)), _view(weight), _view(bias)
@@ -418,7 +418,7 @@ def _cpu_conv(lib: _CpuLibrary, x, weight, bias) -> mx.array:
     rc = lib.lib.sl_cpu_causal_conv1d(
         xv.ctypes.data, _strides(xv), w2.ctypes.data, _strides(w2), bv.ctypes.data,
         bv.strides[0] // 4, ov.ctypes.data, _strides(ov), batch, length, channels, CONV_WIDTH,
-        cpu_threads(), -1)
+        cpu_threads(), -1, int(silu))
     if rc != 0:
         raise RuntimeError(f"sl_cpu_causal_conv1d returned {rc}")
     return out if pair is not None else mx.array(ov)
@@ -516,31 +516,42 @@ def conv_kernel_disabled() -> bool:
                for k in (DISABLE_CONV_ENV, DISABLE_CONV_ENV_ALIAS))
 
 
-def causal_conv1d(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
-    """x [B, L, D], weight [D, 4, 1] (MLX layout), bias [D] -> [B, L, D], zero causal padding."""
+def causal_conv1d(x: mx.array, weight: mx.array, bias: mx.array, silu: bool = False) -> mx.array:
+    """x [B, L, D], weight [D, 4, 1] (MLX layout), bias [D] -> [B, L, D], zero causal padding.
+
+    ``silu=True`` returns SiLU(conv): fused into the CPU kernel (MLX's CPU sigmoid is scalar and
+    cost more than the conv itself, measured); a separate op on GPU backends, where fusing
+    measured slower (the seed design's Metal note).
+    """
+    y, fused = _dispatch_conv(x, weight, bias, silu)
+    return y * mx.sigmoid(y) if silu and not fused else y
+
+
+def _dispatch_conv(x, weight, bias, silu: bool) -> tuple[mx.array, bool]:
+    """The conv by the best path available; the flag says whether SiLU was applied too."""
     if conv_kernel_disabled():
         _warn_once("conv-disabled", f"causal_conv1d: kernel disabled by {DISABLE_CONV_ENV}; "
                    "using mx.conv1d")
-        return conv1d_fallback(x, weight, bias)
+        return conv1d_fallback(x, weight, bias), False
     try:
         _validate_conv(x, weight, bias)
     except KernelInputError as exc:
         _warn_once("conv-validation", f"causal_conv1d: {exc}; using mx.conv1d")
-        return conv1d_fallback(x, weight, bias)
+        return conv1d_fallback(x, weight, bias), False
     which = backend()
     try:
         if which == "cpu":
             lib = cpu_library()
             if lib is not None:
-                return _cpu_conv(lib, x, weight, bias)
+                return _cpu_conv(lib, x, weight, bias, silu), silu
             _warn_once("conv-no-cpu-library", "causal_conv1d: no CPU kernel library; "
                        "using mx.conv1d")
         elif _gpu_conv_works(which, int(x.shape[2])):
-            return _gpu_conv(x, weight, bias, which)
+            return _gpu_conv(x, weight, bias, which), False
     except Exception as exc:  # noqa: BLE001 - a dispatch failure means: use the fallback
         _warn_once(f"conv-dispatch-{which}",
                    f"causal_conv1d: the {which} kernel failed ({exc}); using mx.conv1d")
-    return conv1d_fallback(x, weight, bias)
+    return conv1d_fallback(x, weight, bias), False
 
 
 def selective_scan(

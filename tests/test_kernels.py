@@ -86,6 +86,20 @@ def test_conv_kernel_equals_conv1d_fallback(batch, length, channels, strided):
     assert float(np.max(np.abs(np.array(out) - want))) <= ATOL_CONV
 
 
+@pytest.mark.parametrize("batch,length,channels", [(1, 1, 1), (3, 2, 5), (4, 9, 33),
+                                                    (2, 37, 256)])
+def test_conv_with_silu_equals_silu_of_reference(batch, length, channels):
+    """silu=True (fused on the CPU) == SiLU of the float64 conv; float32 rounding bound."""
+    rng = np.random.default_rng(7 + channels)
+    x, weight, bias = _conv_inputs(rng, batch, length, channels, False)
+    out = np.array(kernels.causal_conv1d(x, weight, bias, silu=True))
+    conv = ref.reference_causal_conv1d(np.array(x), np.array(weight).transpose(0, 2, 1),
+                                       np.array(bias))
+    want = conv / (1.0 + np.exp(-conv))
+    assert out.shape == x.shape
+    assert np.max(np.abs(out - want)) <= ATOL_CONV
+
+
 def test_conv_kernel_is_causal_with_zero_padding():
     """Output t depends on inputs t-3..t only; the first outputs see zeros before t = 0."""
     rng = np.random.default_rng(5)

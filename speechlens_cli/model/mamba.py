@@ -25,7 +25,7 @@ class Mamba(nn.Module):
     def __call__(self, u: mx.array, strict: bool) -> mx.array:
         xz = self.in_proj(u)
         x, z = xz[..., : self.d_inner], xz[..., self.d_inner:]
-        x = nn.silu(kernels.causal_conv1d(x, self.conv1d.weight, self.conv1d.bias))
+        x = kernels.causal_conv1d(x, self.conv1d.weight, self.conv1d.bias, silu=True)
         x_dbl = self.x_proj(x)
         r, n = self.dt_rank, self.d_state
         delta_raw = self.dt_proj(x_dbl[..., :r])
