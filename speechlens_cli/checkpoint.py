@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import re
@@ -123,6 +124,9 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
                 + f": run `speechlens models pull {repo_id}` where the hub is reachable, "
                 "or pass a local copy with --model PATH"
             )
+        hub_logger = logging.getLogger("huggingface_hub")
+        level = hub_logger.level
+        hub_logger.setLevel(logging.ERROR)  # its retry warnings would break our one-line errors
         try:
             paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir)
         except Exception as error:  # network, auth, missing repo: all one message
@@ -130,6 +134,8 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
                 f"could not download {name} from {repo_id} ({type(error).__name__}): "
                 "check the network or pass a local copy with --model PATH"
             ) from None
+        finally:
+            hub_logger.setLevel(level)
     return CheckpointFiles(
         Path(paths[WEIGHTS_FILE]), Path(paths[CONFIG_FILE]),
         f"{repo_id}@{revision or 'main'}", PINNED_SHA256 if pinned else None,
