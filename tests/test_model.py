@@ -94,14 +94,21 @@ def test_phase_path_at_full_strength_through_shared_stft(tiny_model, tiny_weight
     assert np.abs(flipped - np.array(tiny_model(magnitude, phase)[0])).max() > 1e-2
 
 
-@pytest.mark.slow
-def test_full_size_model_matches_float64_reference(full_checkpoint):
-    model = checkpoint.load_model(full_checkpoint)
-    weights = make_weights(FULL_CONFIG, seed=0, phase_gain=1.0)
+@pytest.fixture(scope="module")
+def full_model_and_expected(full_checkpoint):
+    """The full-size model and the float64 reference output for one short 16 kHz input."""
     sample_rate = 16000
     x = _signal(sample_rate, 4001, seed=1)
-    y = np.array(model.enhance(mx.array(x)[None], sample_rate))[0]
+    weights = make_weights(FULL_CONFIG, seed=0, phase_gain=1.0)
     expected = ref.reference_enhance(weights, FULL_CONFIG, x.astype(np.float64), sample_rate)
+    return checkpoint.load_model(full_checkpoint), x, sample_rate, expected
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("strict", [False, True], ids=["standard", "strict"])
+def test_full_size_model_matches_float64_reference(full_model_and_expected, strict):
+    model, x, sample_rate, expected = full_model_and_expected
+    y = np.array(model.enhance(mx.array(x)[None], sample_rate, strict=strict))[0]
     assert y.shape == x.shape
     assert rel_rmse(y, expected) <= FULL_BOUND
 
