@@ -6,6 +6,6 @@ from . import blas  # noqa: E402  (must run before anything imports mlx.core)
 
 blas.preload()
 
-from .api import enhance  # noqa: E402
+from .api import enhance, enhance_file  # noqa: E402
 
-__all__ = ["enhance", "__version__"]
+__all__ = ["enhance", "enhance_file", "__version__"]
