@@ -49,6 +49,12 @@ struct ScanArgs {
   int64_t su[3], sdt[3], sz[3], so[3], sB[3], sC[3], sA[2], sD;
   int strict;
   int row_order;
+  // Fused dt projection (row order only): when dt_wT is set, `dt` is the rank-R input of
+  // dt_proj and delta_raw = dt_b + dt_wT^T . dt is formed per step in a per-thread row, which
+  // saves writing and re-reading a [B, L, D] tensor (a K=4 GEMM runs far below BLAS speed).
+  const float* dt_wT = nullptr;  // [rank, channels], contiguous
+  const float* dt_b = nullptr;   // [channels], contiguous
+  int64_t rank = 0;
 };
 
 // SiLU over one group of W channels along time, while the conv's output is still in cache.
@@ -120,7 +126,8 @@ SL_FN void scan_units(const ScanArgs& a, int64_t begin, int64_t end) {
 // per-step arithmetic (sl_scan_* of sl_mamba.h); channels beyond the last full group use the
 // per-thread function lane by lane.
 template <typename V, bool STRICT>
-SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V* A, V* dskip) {
+SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V* A, V* dskip,
+                     float* dt_row) {
   const int W = sl_cpu::traits<V>::lanes;
   const int64_t G = a.channels / W;
   for (int64_t g = 0; g < G; ++g) {
@@ -139,6 +146,18 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
     const float* Bm = a.Bm + b * a.sB[0];
     const float* Cm = a.Cm + b * a.sC[0];
     for (int64_t t = 0; t < a.length; ++t) {
+      const float* dts = dt;
+      if (a.dt_wT != nullptr) {
+        for (int64_t g = 0; g < G; ++g) {
+          V acc = SL_LOAD(V, a.dt_b + g * W);
+          for (int64_t k = 0; k < a.rank; ++k) {
+            acc = SL_ADD(acc, SL_MUL(SL_LOAD(V, a.dt_wT + k * a.channels + g * W),
+                                     SL_SPLAT(V, dt[k * a.sdt[2]])));
+          }
+          SL_STORE(dt_row + g * W, acc);
+        }
+        dts = dt_row;
+      }
       float bn[SL_NSTATE], cn[SL_NSTATE];
       for (int n = 0; n < SL_NSTATE; ++n) {
         bn[n] = Bm[n * a.sB[2]];
@@ -154,8 +173,8 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
         const V* A1 = A0 + SL_NSTATE;
         const V u0 = SL_LOAD(V, u + g * W), u1 = SL_LOAD(V, u + g * W + W);
         const V z0 = SL_LOAD(V, z + g * W), z1 = SL_LOAD(V, z + g * W + W);
-        const V d0 = sl_scan_delta<STRICT>(SL_LOAD(V, dt + g * W));
-        const V d1 = sl_scan_delta<STRICT>(SL_LOAD(V, dt + g * W + W));
+        const V d0 = sl_scan_delta<STRICT>(SL_LOAD(V, dts + g * W));
+        const V d1 = sl_scan_delta<STRICT>(SL_LOAD(V, dts + g * W + W));
         V y0 = SL_SPLAT(V, 0.0f), y1 = SL_SPLAT(V, 0.0f);
         if (STRICT) {
           SL_UNROLL
@@ -185,7 +204,7 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
         const V* Ag = A + g * SL_NSTATE;
         const V ut = SL_LOAD(V, u + g * W);
         const V zt = SL_LOAD(V, z + g * W);
-        const V delta = sl_scan_delta<STRICT>(SL_LOAD(V, dt + g * W));
+        const V delta = sl_scan_delta<STRICT>(SL_LOAD(V, dts + g * W));
         V y = SL_SPLAT(V, 0.0f);
         if (STRICT) {
           SL_UNROLL
@@ -220,11 +239,12 @@ SL_FN void scan_rows_alloc(const ScanArgs& a, int64_t b_begin, int64_t b_end) {
   const int W = sl_cpu::traits<V>::lanes;
   const int64_t G = a.channels / W;
   // 64-byte aligned scratch (std::vector of over-aligned vector types is not reliable here)
-  const size_t count = (size_t)(2 * G * SL_NSTATE + G + 1);
+  const size_t count = (size_t)(2 * G * SL_NSTATE + 2 * G + 1);
   void* raw = std::aligned_alloc(64, ((count * sizeof(V) + 63) / 64) * 64);
   if (raw == nullptr) return;
   V* buf = static_cast<V*>(raw);
-  scan_rows<V, STRICT>(a, b_begin, b_end, buf, buf + G * SL_NSTATE, buf + 2 * G * SL_NSTATE);
+  scan_rows<V, STRICT>(a, b_begin, b_end, buf, buf + G * SL_NSTATE, buf + 2 * G * SL_NSTATE,
+                       reinterpret_cast<float*>(buf + 2 * G * SL_NSTATE + G));
   std::free(raw);
 }
 
@@ -372,15 +392,22 @@ __attribute__((visibility("default"))) int sl_cpu_selective_scan(
     const int64_t* sA, const float* Bm, const int64_t* sB, const float* Cm, const int64_t* sC,
     const float* Dskip, int64_t sD, const float* z, const int64_t* sz, float* out,
     const int64_t* so, int64_t nb, int64_t length, int64_t channels, int64_t nstate, int strict,
-    int nthreads, int isa, int flags) {
+    int nthreads, int isa, int flags, const float* dt_wT, const float* dt_b, int64_t rank) {
   if (nstate != SL_NSTATE) return -1;
-  if (su[2] != 1 || sdt[2] != 1 || sz[2] != 1 || so[2] != 1) return -2;
+  if (su[2] != 1 || (rank == 0 && sdt[2] != 1) || sz[2] != 1 || so[2] != 1) return -2;
   if (nb <= 0 || length <= 0 || channels <= 0) return 0;
   ScanArgs a{u, dt, z, Bm, Cm, A_log, Dskip, out, nb, length, channels,
              {su[0], su[1], su[2]}, {sdt[0], sdt[1], sdt[2]}, {sz[0], sz[1], sz[2]},
              {so[0], so[1], so[2]}, {sB[0], sB[1], sB[2]}, {sC[0], sC[1], sC[2]},
              {sA[0], sA[1]}, sD, strict ? 1 : 0, (flags & SL_SCAN_THREAD_ORDER) ? 0 : 1};
   isa = a.row_order ? resolve_isa(isa) : ISA_GENERIC;
+  if (rank > 0) {
+    // the fused projection exists in the row-order walk only, for whole channel groups
+    if (!a.row_order || channels % lanes_of(isa) != 0) return -3;
+    a.dt_wT = dt_wT;
+    a.dt_b = dt_b;
+    a.rank = rank;
+  }
   const int64_t units = a.row_order ? nb : nb * ((channels + 3) / 4);
   parallel_for(units, nthreads, [&a, isa](int64_t b, int64_t e) {
     if (!a.row_order) return a.strict ? scan_threads_strict(a, b, e) : scan_threads_std(a, b, e);

@@ -275,7 +275,7 @@ class _CpuLibrary:
         lib.sl_cpu_causal_conv1d.restype = cint
         lib.sl_cpu_selective_scan.argtypes = [vp, _I64P, vp, _I64P, vp, _I64P, vp, _I64P, vp,
                                               _I64P, vp, i64, vp, _I64P, vp, _I64P, i64, i64, i64,
-                                              i64, cint, cint, cint, cint]
+                                              i64, cint, cint, cint, cint, vp, vp, i64]
         lib.sl_cpu_selective_scan.restype = cint
         lib.sl_cpu_exp_poly.argtypes = [vp, vp, i64, cint]
         lib.sl_cpu_exp_poly.restype = None
@@ -425,10 +425,14 @@ def _cpu_conv(lib: _CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array
 
 
 def _cpu_scan(lib: _CpuLibrary, u, delta_raw, A_log, B, C, D, z, strict: bool,
-              isa: int = -1, thread_order: bool = False) -> mx.array:
+              isa: int = -1, thread_order: bool = False, dt_proj=None) -> mx.array:
     batch, length, channels = u.shape
-    pair = _output_like(u.shape, u, delta_raw, A_log, B, C, D, z)
-    uv, dv, zv = (_unit_last(_view(a)) for a in (u, delta_raw, z))
+    extra = () if dt_proj is None else (mx.contiguous(dt_proj[0].T), mx.contiguous(dt_proj[1]))
+    pair = _output_like(u.shape, u, delta_raw, A_log, B, C, D, z, *extra)
+    uv, zv = (_unit_last(_view(a)) for a in (u, z))
+    # the rank-R input of a fused dt projection is read through its strides as it is
+    dv = _view(delta_raw) if extra else _unit_last(_view(delta_raw))
+    wv, biasv = (_view(a) for a in extra) if extra else (None, None)
     av, bv, cv, sv = _view(A_log), _view(B), _view(C), _view(D)
     if pair is None:
         ov = np.empty(u.shape, np.float32)
@@ -438,7 +442,9 @@ def _cpu_scan(lib: _CpuLibrary, u, delta_raw, A_log, B, C, D, z, strict: bool,
         uv.ctypes.data, _strides(uv), dv.ctypes.data, _strides(dv), av.ctypes.data, _strides(av),
         bv.ctypes.data, _strides(bv), cv.ctypes.data, _strides(cv), sv.ctypes.data,
         sv.strides[0] // 4, zv.ctypes.data, _strides(zv), ov.ctypes.data, _strides(ov), batch,
-        length, channels, D_STATE, int(bool(strict)), cpu_threads(), isa, int(thread_order))
+        length, channels, D_STATE, int(bool(strict)), cpu_threads(), isa, int(thread_order),
+        None if wv is None else wv.ctypes.data, None if biasv is None else biasv.ctypes.data,
+        0 if wv is None else wv.shape[0])
     if rc != 0:
         raise RuntimeError(f"sl_cpu_selective_scan returned {rc}")
     return out if pair is not None else mx.array(ov)
@@ -563,20 +569,43 @@ def selective_scan(
     D: mx.array,
     z: mx.array,
     strict: bool = False,
+    dt_proj: tuple[mx.array, mx.array] | None = None,
 ) -> mx.array:
     """y_t = C_t . h_t + D*u_t with h_t = exp(dt*A) h_{t-1} + dt*B_t*u_t, then y * SiLU(z).
 
     dt = softplus(delta_raw), A = -exp(A_log). u, delta_raw, z [B, L, D]; B, C [B, L, 16];
     A_log [D, 16]; D [D]; all float32. ``strict`` selects strict mode (docs/kernels.md).
+
+    ``dt_proj=(weight [D, R], bias [D])`` passes delta_raw as the rank-R input [B, L, R] of the
+    dt projection instead: the CPU kernel applies it per step (a K=R GEMM is slow and its
+    [B, L, D] output costs a memory round trip); elsewhere it runs as a matmul first.
     """
-    _validate_scan(u, delta_raw, A_log, B, C, D, z)
     which = backend()
+    if dt_proj is not None:
+        lib = cpu_library() if which == "cpu" else None
+        if lib is not None and _fusable_dt_proj(lib, u, delta_raw, dt_proj):
+            _validate_scan(u, mx.zeros_like(u), A_log, B, C, D, z)
+            return _cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict, dt_proj=dt_proj)
+        weight, bias = dt_proj
+        delta_raw = mx.addmm(bias, delta_raw, weight.T)
+    _validate_scan(u, delta_raw, A_log, B, C, D, z)
     if which != "cpu":
         return _gpu_scan(u, delta_raw, A_log, B, C, D, z, strict, which)
     lib = cpu_library()
     if lib is not None:
         return _cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict)
     return selective_scan_ops(u, delta_raw, A_log, B, C, D, z, strict)
+
+
+def _fusable_dt_proj(lib: _CpuLibrary, u, delta_raw, dt_proj) -> bool:
+    """The CPU kernel fuses the projection for whole SIMD groups of channels only."""
+    weight, bias = dt_proj
+    channels = u.shape[2]
+    lanes = {2: 16, 1: 8}.get(lib.lib.sl_cpu_isa(-1), 4)
+    return (delta_raw.ndim == 3 and delta_raw.shape[:2] == u.shape[:2]
+            and weight.shape == (channels, delta_raw.shape[2]) and bias.shape == (channels,)
+            and channels % lanes == 0
+            and all(a.dtype == mx.float32 for a in (delta_raw, weight, bias)))
 
 
 def kernel_info() -> dict[str, str]:

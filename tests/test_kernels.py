@@ -181,6 +181,25 @@ def test_scan_matches_float64_reference(strict, batch, length, channels):
 
 
 @pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("batch,length,channels", [(2, 17, 64), (1, 251, 256), (2, 9, 40)])
+def test_scan_with_fused_dt_projection_matches_float64_reference(strict, batch, length, channels):
+    """dt_proj=(W, b): delta_raw = dt_r @ W.T + b formed per step (fused on the CPU where the
+    channels fill whole SIMD groups; 40 does not and takes the matmul path)."""
+    rng = np.random.default_rng(11 + channels)
+    u, _, A_log, Bm, Cm, D, z = _scan_inputs(rng, batch, length, channels)
+    dbl = mx.array(rng.standard_normal((batch, length, 36)).astype(np.float32))
+    dt_r = dbl[..., :4]
+    weight = mx.array((rng.standard_normal((channels, 4)) * 0.5).astype(np.float32))
+    bias = mx.array((rng.standard_normal(channels) - 1.0).astype(np.float32))
+    out = kernels.selective_scan(u, dt_r, A_log, Bm, Cm, D, z, strict=strict,
+                                 dt_proj=(weight, bias))
+    delta_raw = (np.array(dt_r).astype(np.float64) @ np.array(weight).astype(np.float64).T
+                 + np.array(bias))
+    want = ref.reference_selective_scan(*_np([u]), delta_raw, *_np([A_log, Bm, Cm, D, z]))
+    assert _rel_rms(np.array(out), want) <= RTOL_SCAN
+
+
+@pytest.mark.parametrize("strict", [False, True])
 def test_scan_and_conv_accept_reversed_and_transposed_views(strict):
     """Views with negative time strides (the backward branch flips sequences) or a non-unit
     channel stride give the same result as contiguous copies."""

@@ -28,9 +28,9 @@ class Mamba(nn.Module):
         x = kernels.causal_conv1d(x, self.conv1d.weight, self.conv1d.bias, silu=True)
         x_dbl = self.x_proj(x)
         r, n = self.dt_rank, self.d_state
-        delta_raw = self.dt_proj(x_dbl[..., :r])
         B, C = x_dbl[..., r: r + n], x_dbl[..., r + n:]
-        y = kernels.selective_scan(x, delta_raw, self.A_log, B, C, self.D, z, strict=strict)
+        y = kernels.selective_scan(x, x_dbl[..., :r], self.A_log, B, C, self.D, z, strict=strict,
+                                   dt_proj=(self.dt_proj.weight, self.dt_proj.bias))
         return self.out_proj(y)
 
 
