@@ -20,7 +20,7 @@ from pathlib import Path
 import click
 import mlx.core as mx
 
-from . import __version__, api, blas, checkpoint, kernels
+from . import __version__, api, blas, checkpoint, distributed, kernels
 from . import audio as audio_io
 from .errors import (
     BatchFailedError,
@@ -464,14 +464,18 @@ def _sigterm_interrupts():
 @click.option("--dry-run", is_flag=True, help="Show the plan; load no model, write nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show model, device and file details.")
+@click.option("--shard", default=None, metavar="I/N", callback=distributed.shard_option,
+              help="Enhance only part I of N (from 0), split as under mlx.launch: for SLURM "
+                   "arrays, GNU parallel, Ray (docs/scale-out.md).")
 def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, device: str, overwrite: bool,
             skip_existing: bool, subtype: str | None, as_json: bool, dry_run: bool, quiet: bool,
-            verbose: bool) -> None:
+            verbose: bool, shard: tuple[int, int] | None) -> None:
     """Enhance SOURCE into DESTINATION, file to file or folder to folder ('-' is stdin/stdout).
 
     Outputs keep the input's sample rate, channels, length, container and subtype. A folder is
     enhanced recursively into a mirrored tree; files that are not audio are listed and skipped.
+    Started by mlx.launch, the ranks share the batch and rank 0 reports it (docs/scale-out.md).
     """
     check_settings(chunk_seconds, overlap)
     if overwrite and skip_existing:
@@ -479,21 +483,36 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
     if subtype is not None:
         audio_io.check_subtype_name(subtype)
     chosen_device = api.select_device(device)
+    share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
+    share.check_paths(paths)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_sigterm_interrupts())
         jobs, others, batch = _collect_jobs(paths, output_dir, stack)
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
-        reporter = _Reporter(as_json=as_json, quiet=quiet, verbose=verbose, batch=batch,
-                             total=len(jobs) + len(others))
+        jobs, others = share.take(jobs, others)
+
+        def new_reporter(live: bool, total: int) -> _Reporter:
+            return _Reporter(as_json=as_json and live, quiet=quiet or not live, verbose=verbose,
+                             batch=batch, total=total)
+
+        def run(reporter: _Reporter) -> list[SpeechlensError]:
+            errors = _run_jobs(jobs, reporter, batch=batch, model_spec=model,
+                               device=chosen_device, strict=strict_mode,
+                               chunk_seconds=chunk_seconds, overlap=overlap, overwrite=overwrite,
+                               skip_existing=skip_existing, subtype=subtype, dry_run=dry_run)
+            for path in others:
+                reporter.record({"input": str(path), "output": None, "status": "not-audio",
+                                 "reason": "not an audio file"})
+            return errors
+
+        if share.in_group:  # never returns: rank 0 reports for all, every rank exits
+            share.run_in_group(run, new_reporter, batch=batch)
+        reporter = new_reporter(True, len(jobs) + len(others))
         stack.enter_context(reporter.progress)
-        errors = _run_jobs(jobs, reporter, batch=batch, model_spec=model, device=chosen_device,
-                           strict=strict_mode, chunk_seconds=chunk_seconds, overlap=overlap,
-                           overwrite=overwrite, skip_existing=skip_existing, subtype=subtype,
-                           dry_run=dry_run)
-        for path in others:
-            reporter.record({"input": str(path), "output": None, "status": "not-audio",
-                             "reason": "not an audio file"})
+        if share.note:
+            reporter.note(share.note, verbose=True)
+        errors = run(reporter)
     reporter.summary()
     if errors and not batch:
         raise errors[0]
