@@ -26,6 +26,30 @@ def _pair(value) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else tuple(value)
 
 
+def conv2d_as_matmuls(x: mx.array, weight: mx.array, bias: mx.array | None, stride,
+                      padding, dilation) -> mx.array:
+    """A 2-D convolution (NHWC, weight [O, kh, kw, I]) as one matmul per kernel row.
+
+    The kernel-width taps are gathered side by side, so each matmul has K = kw * I.
+    """
+    batch, height, width, channels = x.shape
+    out_channels, kh, kw, _ = weight.shape
+    (sh, sw), (ph, pw), (dh, dw) = map(_pair, (stride, padding, dilation))
+    out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    if ph or pw:
+        x = mx.pad(x, [(0, 0), (ph, ph), (pw, pw), (0, 0)])
+    taps = [x[:, :, j * dw: j * dw + sw * (out_w - 1) + 1: sw, :] for j in range(kw)]
+    rows = taps[0] if kw == 1 else mx.concatenate(taps, axis=-1)  # [B, H+2ph, out_w, kw*C]
+    y = None
+    for i in range(kh):
+        row = rows[:, i * dh: i * dh + sh * (out_h - 1) + 1: sh]
+        term = row.reshape(-1, kw * channels) @ weight[:, i].reshape(out_channels, -1).T
+        y = term if y is None else y + term
+    y = y.reshape(batch, out_h, out_w, out_channels)
+    return y if bias is None else y + bias
+
+
 class Conv2d(nn.Conv2d):
     """nn.Conv2d that runs as a few large matmuls on the CPU backend.
 
@@ -37,22 +61,8 @@ class Conv2d(nn.Conv2d):
     def __call__(self, x: mx.array) -> mx.array:
         if mx.default_device() != mx.cpu:
             return super().__call__(x)
-        batch, height, width, channels = x.shape
-        out_channels, kh, kw, _ = self.weight.shape
-        (sh, sw), (ph, pw), (dh, dw) = map(_pair, (self.stride, self.padding, self.dilation))
-        out_h = (height + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-        out_w = (width + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-        if ph or pw:
-            x = mx.pad(x, [(0, 0), (ph, ph), (pw, pw), (0, 0)])
-        taps = [x[:, :, j * dw: j * dw + sw * (out_w - 1) + 1: sw, :] for j in range(kw)]
-        rows = taps[0] if kw == 1 else mx.concatenate(taps, axis=-1)  # [B, H+2ph, out_w, kw*C]
-        y = None
-        for i in range(kh):
-            row = rows[:, i * dh: i * dh + sh * (out_h - 1) + 1: sh]
-            term = row.reshape(-1, kw * channels) @ self.weight[:, i].reshape(out_channels, -1).T
-            y = term if y is None else y + term
-        y = y.reshape(batch, out_h, out_w, out_channels)
-        return y + self.bias if "bias" in self else y
+        return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, self.padding,
+                                 self.dilation)
 
 
 class InstanceNorm(nn.Module):
