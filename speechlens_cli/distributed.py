@@ -257,6 +257,7 @@ class Share:
         """
         started = time.perf_counter()
         local = make_reporter(False, len(self.indices))
+        local.plan_line = lambda _result: None  # --dry-run: rank 0 prints the whole plan
         fatal = None
         try:
             errors = run(local)

@@ -110,13 +110,15 @@ def free_ports(count: int = 2) -> int:
     raise AssertionError("no free ports")
 
 
-def launch(*args, cwd: Path, ranks: int = 2) -> subprocess.Popen:
+def launch(*args, cwd: Path, ranks: int = 2, command: list[str] | None = None
+           ) -> subprocess.Popen:
     """`mlx.launch -n RANKS --backend ring -- speechlens enhance ARGS` on this machine."""
-    command = [str(LAUNCH), "-n", str(ranks), "--backend", "ring",
-               "--starting-port", str(free_ports(ranks)), "--",
-               str(SPEECHLENS), "enhance", *map(str, args)]
-    return subprocess.Popen(command, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    command = command or [str(SPEECHLENS), "enhance", *map(str, args)]
+    return subprocess.Popen(
+        [str(LAUNCH), "-n", str(ranks), "--backend", "ring",
+         "--starting-port", str(free_ports(ranks)), "--", *command],
+        cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
 
 
 def finish(process: subprocess.Popen) -> tuple[str, str, dict[int, int]]:
@@ -337,3 +339,28 @@ def test_a_rank_that_cannot_start_stops_the_batch_with_one_error(corpus, tmp_pat
                         r"\(7 files not run; run the same command again with --skip-existing "
                         r"to finish\)", errors[0]), errors[0]
     assert stdout == "" and not (tmp_path / "out").exists()
+
+
+def test_dry_run_in_a_group_prints_the_whole_plan_once(corpus, reference, tmp_path):
+    _, ref_records = reference
+    out = tmp_path / "out"
+    stdout, stderr, codes = finish(launch(corpus, out, "--dry-run", "--model",
+                                          tmp_path / "unused", cwd=tmp_path))
+    assert [line.split(" -> ")[0] for line in stdout.splitlines()] == \
+        [r["input"] for r in ref_records if r["status"] == "done"]
+    assert codes == {0: 3, 1: 3}, stderr  # the damaged file
+    assert not out.exists()
+
+
+def test_ranks_that_see_different_inputs_refuse_to_start(tmp_path):
+    """Each rank lists its own folder here (in_0, in_1): a plan over different lists would lose
+    or repeat files, so every rank stops before any work."""
+    make_audio(tmp_path / "in_0" / "a.wav", 0.05)
+    make_audio(tmp_path / "in_1" / "a.wav", 0.05)
+    make_audio(tmp_path / "in_1" / "b.wav", 0.05, seed=1)
+    script = f'exec {SPEECHLENS} enhance "in_$MLX_RANK" out --model unused'
+    _, stderr, codes = finish(launch(cwd=tmp_path, command=["bash", "-c", script]))
+    assert codes == {0: 1, 1: 1}, stderr
+    assert "error: the ranks see different inputs (rank 0: 1 files, 0.05 s; rank 1: 2 files, " \
+        "0.1 s)" in stderr
+    assert not (tmp_path / "out").exists()
