@@ -35,8 +35,16 @@ class AudioInputError(SpeechlensError):
     """The input audio cannot be enhanced (unreadable, empty, bad rate, NaN, too short)."""
 
 
+class EnhancementError(SpeechlensError):
+    """The model itself failed on an input (e.g. the accelerator ran out of memory)."""
+
+
 class OutputError(SpeechlensError):
     """The output cannot be written where asked."""
+
+
+class OutputExistsError(OutputError):
+    """The output already exists (found at planning, or created meanwhile by another process)."""
 
 
 class BatchFailedError(SpeechlensError):

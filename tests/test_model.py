@@ -160,3 +160,15 @@ def test_instance_norm_sums_stay_accurate_on_a_30s_48khz_plane():
     values = np.random.default_rng(0).random((1, 5_800_000, 2)).astype(np.float32)
     exact = values.astype(np.float64).sum(axis=1)
     assert np.abs(np.array(accurate_sum(mx.array(values))) / exact - 1).max() < 1e-6
+
+
+def test_a_failing_model_run_is_one_typed_error(tiny_model, monkeypatch):
+    """An MLX failure (e.g. out of memory on a GPU) becomes EnhancementError, not a traceback."""
+    from speechlens_cli.errors import EnhancementError
+
+    def out_of_memory(*_args, **_kwargs):
+        raise RuntimeError("cudaMallocAsync(&data, size, stream) failed: out of memory")
+
+    monkeypatch.setattr(type(tiny_model), "enhance", out_of_memory)
+    with pytest.raises(EnhancementError, match="out of memory.*--chunk-seconds"):
+        enhance(_signal(8000, 800), 8000, model=tiny_model)
