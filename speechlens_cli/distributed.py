@@ -206,9 +206,8 @@ class Share:
         if any(view["digest"] != views[0]["digest"] for view in views):
             seen = "; ".join(f"rank {rank}: {view['files']} files, {view['seconds']:g} s"
                              for rank, view in enumerate(views))
-            raise SpeechlensError(f"the ranks see different inputs ({seen}): every rank needs "
-                                  "the same input files at the same paths (a shared folder or "
-                                  "identical copies)")
+            self._leave(1, f"the ranks see different inputs ({seen}): every rank needs the same "
+                           "input files at the same paths (a shared folder or identical copies)")
 
     # ---------------------------------------------------------------- talking to the group
 
@@ -272,8 +271,13 @@ class Share:
         code, message = self._outcome(parts, batch)
         if self.rank == 0:
             self._report(parts, make_reporter(True, self.jobs_total + self.others_total))
-            if message:
-                click.echo(f"error: {message}", err=True)
+        self._leave(code, message)
+
+    def _leave(self, code: int, message: str | None) -> NoReturn:
+        """Every rank, together: rank 0 prints the error line, all meet at a barrier, and each
+        exits at once with `code` (a decision every rank made from the same gathered data)."""
+        if self.rank == 0 and message:
+            click.echo(f"error: {message}", err=True)
         sys.stdout.flush()
         sys.stderr.flush()
         # Everything is reported: from here a SIGTERM (mlx.launch stops the other ranks once one
