@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import mlx.core as mx
 import mlx.nn as nn
 
@@ -51,18 +53,24 @@ def conv2d_as_matmuls(x: mx.array, weight: mx.array, bias: mx.array | None, stri
 
 
 class Conv2d(nn.Conv2d):
-    """nn.Conv2d that runs as a few large matmuls on the CPU backend.
+    """nn.Conv2d that runs as a few large matmuls where MLX's own convolution falls short.
 
-    MLX's CPU convolution reaches ~1 GFLOP/s on the dilated 3x3 convs of the dense blocks
-    (measured); gathering the kernel-width taps side by side and doing one matmul per kernel
-    row runs at BLAS speed (~20x faster with OpenBLAS). GPU backends keep mx.conv2d.
+    On the CPU, MLX's convolution reaches ~1 GFLOP/s on the dilated 3x3 convs of the dense
+    blocks (measured); one matmul per kernel row runs at BLAS speed (~20x faster). On CUDA in
+    full float32 (MLX_ENABLE_TF32=0, speechlens's default), cuDNN picked algorithms whose
+    workspace ran an H200 out of memory at 5-s windows (measured); the matmul form ran at the
+    same speed. With TF32 on, GPUs keep mx.conv2d.
     """
 
     def __call__(self, x: mx.array) -> mx.array:
-        if mx.default_device() != mx.cpu:
+        if mx.default_device() != mx.cpu and _tf32_enabled():
             return super().__call__(x)
         return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, self.padding,
                                  self.dilation)
+
+
+def _tf32_enabled() -> bool:
+    return os.environ.get("MLX_ENABLE_TF32", "1").strip() not in ("0", "false", "False", "")
 
 
 class InstanceNorm(nn.Module):
