@@ -17,11 +17,6 @@ import soundfile as sf
 
 from .errors import AudioInputError, OutputError, UsageError
 
-#: Most channels a file may have: mono, stereo, 5.1 and 7.1 all fit. Each channel is enhanced on
-#: its own, so time and window memory grow with the count; a header claiming hundreds of channels
-#: is far more likely damage than a recording.
-MAX_CHANNELS = 8
-
 _INTEGER_SUBTYPES = ("ALAC_16", "ALAC_20", "ALAC_24", "ALAC_32")
 #: Suffixes that name a soundfile container besides the format names themselves (".wav", ...).
 _SUFFIX_ALIASES = {".aif": "AIFF", ".oga": "OGG", ".snd": "AU"}
