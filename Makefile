@@ -23,8 +23,11 @@ test-fast: $(STAMP)
 demo: $(STAMP)
 	$(PY) -m fixtures.demo
 
+# The PyTorch peer comes with the `bench` extra (torch==2.13.0 on Linux x86_64); BENCH_ARGS passes
+# options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--profile".
 bench: $(STAMP)
-	$(VENV)/bin/speechlens bench
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
+	$(VENV)/bin/speechlens bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check speechlens_cli tests fixtures

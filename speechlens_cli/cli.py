@@ -576,5 +576,9 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
     return errors
 
 
+from .bench import bench_command  # `speechlens bench` lives in speechlens_cli/bench/
+
+main.add_command(bench_command)
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

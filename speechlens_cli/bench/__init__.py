@@ -1,0 +1,206 @@
+"""`speechlens bench`: end-to-end benchmark, component profile and PyTorch peer (issue 5).
+
+The command is registered on the CLI group by two lines at the end of speechlens_cli/cli.py;
+everything else lives in this package and is imported only when the command runs.
+
+- runner.py: windowed end-to-end timings of speechlens (and the peer) per case;
+- cases.py: the matrix (5 s at 16/44.1/48 kHz, 120 s at 16/44.1 kHz, 30 s at 48 kHz for the
+  memory target; windows of 5 and 30 s; standard and strict) and the per-backend defaults;
+- profile.py: per-component profile with evaluation barriers (--profile);
+- torch_peer.py: the same model in plain PyTorch (optional extra `speechlens[bench]`);
+- report.py: JSON + Markdown reports and the issue's targets; environment.py: what they name.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import sys
+
+import click
+
+DEFAULT_OUT = "docs/bench"
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@click.command("bench")
+@click.option("--cases", "patterns", default=None, metavar="PATTERNS",
+              help="Comma-separated shell patterns over case names (see --list-cases), or 'all'. "
+                   "Default: the whole matrix on a GPU; on the CPU 5 s at 16 kHz, 5-s windows, "
+                   "both modes (the full matrix takes hours on a small CPU).")
+@click.option("--list-cases", is_flag=True, help="Print the case names and exit.")
+@click.option("--quick", is_flag=True,
+              help="Smoke run: 5 s at 16 kHz, standard mode, 1 trial (GPU: 1 warm-up + 3).")
+@click.option("--warmup", type=click.IntRange(0), default=None,
+              help="Warm-up runs per case (default: 5 for 5-s files on a GPU, 1 on the CPU; "
+                   "1 / 0 for longer files).")
+@click.option("--trials", type=click.IntRange(1), default=None,
+              help="Timed runs per case (default: 20 for 5-s files on a GPU, 3 on the CPU; 2 / 1 "
+                   "for longer files).")
+@click.option("--budget-s", type=click.FloatRange(min=1), default=None,
+              help="Stop a case's trials (after at least one) once the next would end past this "
+                   "many seconds; the report says so. Default: none on a GPU, 1800 on the CPU.")
+@click.option("--peer/--no-peer", default=True, show_default=True,
+              help="Also run the PyTorch peer (needs pip install 'speechlens[bench]').")
+@click.option("--peer-cases", default=None, metavar="PATTERNS",
+              help="Case patterns whose input/window the peer also runs (default: '5s-*').")
+@click.option("--peer-warmup", type=click.IntRange(0), default=None,
+              help="Peer warm-ups (default: 1 on a GPU, 0 on the CPU).")
+@click.option("--peer-trials", type=click.IntRange(1), default=None,
+              help="Peer trials (default: 3 on a GPU, 2 on the CPU).")
+@click.option("--peer-device", default="auto", show_default=True,
+              help="torch device for the peer: auto (cuda, else mps, else cpu), cpu, cuda, mps.")
+@click.option("--overlap", type=click.FloatRange(0.0, 0.5), default=None,
+              help="Window overlap (default: the CLI's).")
+@click.option("--model", default=None,
+              help="Checkpoint to time (default: nvidia/RE-USE if cached, else a random "
+                   "full-size checkpoint of the same layout).")
+@click.option("--device", type=click.Choice(["auto", "gpu", "cpu"]), default="auto",
+              show_default=True, help="MLX device.")
+@click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
+              type=click.Path(file_okay=False), help="Folder for the JSON and Markdown reports.")
+@click.option("--name", default=None,
+              help="Report file name without suffix (default: the machine kind, e.g. "
+                   "cpu-intel-xeon-2cores or cuda-nvidia-h200).")
+@click.option("--profile", is_flag=True,
+              help="Instead of the timing matrix, profile one run component by component "
+                   "(evaluation barriers in the profiler only) at --profile-seconds/--profile-rate.")
+@click.option("--profile-rate", type=int, default=44100, show_default=True)
+@click.option("--profile-seconds", type=float, default=5.0, show_default=True)
+@click.option("--profile-runs", type=click.IntRange(1), default=None,
+              help="Profiled runs (median per component; default 3 on a GPU, 1 on the CPU).")
+@click.option("--profile-warmup", type=click.IntRange(0), default=None,
+              help="Profiled warm-up runs (default 1 on a GPU, 0 on the CPU).")
+@click.option("--strict-mode", "profile_strict", is_flag=True,
+              help="Profile strict mode instead of standard.")
+def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, peer_cases,
+                  peer_warmup, peer_trials, peer_device, overlap, model, device, out_dir, name,
+                  profile, profile_rate, profile_seconds, profile_runs, profile_warmup,
+                  profile_strict):
+    """Time speechlens end to end (and the PyTorch peer); write JSON + Markdown reports."""
+    from pathlib import Path
+
+    from . import cases as matrix
+
+    if list_cases:
+        for case in matrix.all_cases():
+            click.echo(case.name)
+        return
+    from .. import api, kernels
+
+    api.select_device(device)
+    gpu = kernels.backend() != "cpu"
+    if quick:
+        patterns = patterns or matrix.QUICK_CASES
+        if not gpu:
+            warmup = 0 if warmup is None else warmup
+            trials = 1 if trials is None else trials
+            peer_trials = 1 if peer_trials is None else peer_trials
+        else:
+            warmup = 1 if warmup is None else warmup
+            trials = 3 if trials is None else trials
+            peer_warmup = 1 if peer_warmup is None else peer_warmup
+            peer_trials = 3 if peer_trials is None else peer_trials
+    if budget_s is None and not gpu:
+        budget_s = 1800.0
+
+    def log(line: str) -> None:
+        click.echo(line, err=True)
+
+    if profile:
+        _profile(model, Path(out_dir), name, profile_rate, profile_seconds, profile_runs,
+                 profile_warmup, profile_strict, gpu, log)
+        return
+    _bench(patterns or matrix.DEFAULT_CASES["gpu" if gpu else "cpu"], warmup, trials, budget_s,
+           peer, peer_cases or matrix.DEFAULT_PEER_CASES, peer_warmup, peer_trials, peer_device,
+           overlap, model, Path(out_dir), name, gpu, log)
+
+
+def _bench(patterns, warmup, trials, budget_s, peer, peer_cases, peer_warmup, peer_trials,
+           peer_device, overlap, model, out_dir, name, gpu, log):
+    import tempfile
+    from pathlib import Path
+
+    from ..errors import UsageError
+    from ..pipeline import DEFAULT_OVERLAP
+    from . import cases as matrix
+    from . import report as rep
+    from . import runner
+    from .environment import environment, load_average, machine_kind
+    from .inputs import bench_checkpoint
+
+    selected = matrix.select(patterns)
+    if not selected:
+        raise UsageError(f"--cases {patterns!r} matches no case (see --list-cases)")
+    options = runner.Options(
+        cases=selected, peer_patterns=peer_cases if peer else None, warmup=warmup, trials=trials,
+        peer_warmup=peer_warmup, peer_trials=peer_trials, peer_device=peer_device,
+        budget_s=budget_s, overlap=DEFAULT_OVERLAP if overlap is None else overlap, model=model)
+    machine = machine_kind()
+    name = name or machine
+    settings = runner.describe(options)
+    settings["repeats"] = (
+        (f"warm-up {warmup}" if warmup is not None else "warm-up: per-case default")
+        + ", " + (f"trials {trials}" if trials is not None else "trials: per-case default")
+        + (" (GPU defaults: 5 + 20 for 5-s files, 1 + 2 for longer ones; peer 1 + 3)" if gpu else
+           " (CPU defaults: 1 + 3 for 5-s files, 0 + 1 for longer ones; peer 0 + 2)")
+        + (f"; at most {budget_s:g} s of trials per case" if budget_s else ""))
+    with tempfile.TemporaryDirectory(prefix="speechlens-bench-ckpt-") as tmp:
+        ckpt = bench_checkpoint(model, Path(tmp))
+        report = {"schema": 1, "kind": "bench", "machine": machine, "started": _now(),
+                  "environment": environment(), "checkpoint": ckpt.description,
+                  "settings": settings}
+        log(f"speechlens bench on {machine}: {len(selected)} case(s); checkpoint: "
+            f"{ckpt.description}")
+
+        def save(body: dict) -> None:
+            report.update(body)
+            report["environment"].update(body.get("peer_info", {}))
+            report["targets"] = rep.targets(report)
+            rep.write(report, out_dir, name)
+
+        body = runner.run(options, ckpt, log, on_progress=save)
+    report["finished"] = _now()
+    report["environment"]["load average at end"] = load_average()
+    save(body)
+    json_path, md_path = rep.write(report, out_dir, name)
+    click.echo(rep.markdown(report))
+    log(f"wrote {json_path} and {md_path}")
+    failed = [r for r in report["cases"] if "error" in r]
+    if failed:
+        sys.exit(1)
+
+
+def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log):
+    import tempfile
+    from pathlib import Path
+
+    from .. import checkpoint
+    from . import report as rep
+    from .environment import environment, load_average, machine_kind
+    from .inputs import bench_checkpoint, noisy_speech
+    from .profile import run_profile
+
+    machine = machine_kind()
+    name = name or f"{machine}-profile"
+    runs = runs or (3 if gpu else 1)
+    warmup = (1 if gpu else 0) if warmup is None else warmup
+    with tempfile.TemporaryDirectory(prefix="speechlens-bench-ckpt-") as tmp:
+        ckpt = bench_checkpoint(model, Path(tmp))
+        net = checkpoint.load_model(str(ckpt.weights.parent), download=False)
+    audio, how = noisy_speech(rate, seconds)
+    report = {"schema": 1, "kind": "profile", "machine": machine, "started": _now(),
+              "environment": environment(), "checkpoint": ckpt.description, "fixture": how}
+    log(f"speechlens bench --profile on {machine}: {seconds:g} s at {rate} Hz")
+    report["profile"] = run_profile(net, audio, rate, strict=strict, runs=runs, warmup=warmup,
+                                    log=log)
+    report["finished"] = _now()
+    report["environment"]["load average at end"] = load_average()
+    json_path, md_path = rep.write(report, out_dir, name)
+    click.echo(rep.markdown(report))
+    log(f"wrote {json_path} and {md_path}")
+
+
+__all__ = ["bench_command"]

@@ -1,0 +1,227 @@
+"""Benchmark and profile reports: the JSON document, its Markdown rendering, the targets."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+MIB = 2**20
+GB = 1e9
+
+#: Issue 5's targets (benchmarks, not unit tests).
+GPU_5S_44K_SECONDS = 0.15
+GPU_PEER_SPEEDUP = 10.0
+CPU_PEER_SPEEDUP = 3.0
+CPU_RTF_16K = 4.0
+MEMORY_30S_48K_BYTES = 3 * GB
+#: The targets are about the full-size architecture (the real checkpoint's).
+FULL_SIZE = {"num_tfmamba": 30, "hid_feature": 64, "d_inner": 256, "d_state": 16}
+
+
+def _case(report: dict, name: str) -> dict | None:
+    for row in report.get("cases", []):
+        if row["case"] == name and "error" not in row:
+            return row
+    return None
+
+
+def _peer(report: dict, group: str) -> dict | None:
+    for row in report.get("peer", []):
+        if row["group"] == group and "error" not in row:
+            return row
+    return None
+
+
+def speedups(report: dict) -> list[dict]:
+    """Peer median / speechlens median for every group that has both."""
+    out = []
+    for peer in report.get("peer", []):
+        if "error" in peer:
+            continue
+        for mode in ("standard", "strict"):
+            row = _case(report, f"{peer['group']}-{mode}")
+            if row:
+                out.append({"group": peer["group"], "mode": mode,
+                            "speedup": peer["median_s"] / row["median_s"]})
+    return out
+
+
+def targets(report: dict) -> list[dict]:
+    """Each target of issue 5 that applies to this backend, with what was measured."""
+    backend = report["environment"].get("mlx backend", "cpu")
+    rows = []
+    arch = report.get("architecture", FULL_SIZE)
+    if any(arch.get(k) != v for k, v in FULL_SIZE.items()):
+        return [{"target": "all targets", "measured": f"not the full-size model ({arch})",
+                 "met": "n/a"}]
+
+    def add(target: str, measured: str, met: bool | None) -> None:
+        rows.append({"target": target, "measured": measured,
+                     "met": "not run" if met is None else ("yes" if met else "NO")})
+
+    speed = {(s["group"], s["mode"]): s["speedup"] for s in speedups(report)}
+    if backend != "cpu":
+        row = _case(report, "5s-44.1k-w5-standard")
+        add(f"5 s at 44.1 kHz end to end <= {GPU_5S_44K_SECONDS} s",
+            f"{row['median_s']:.3f} s median" if row else "not run",
+            None if row is None else row["median_s"] <= GPU_5S_44K_SECONDS)
+        ratio = speed.get(("5s-44.1k-w5", "standard"))
+        add(f">= {GPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on the same GPU (5 s, 44.1 kHz)",
+            f"{ratio:.2f}x" if ratio else "not run",
+            None if ratio is None else ratio >= GPU_PEER_SPEEDUP)
+    else:
+        for (group, mode), ratio in sorted(speed.items()):
+            add(f">= {CPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on this CPU ({group}, {mode})",
+                f"{ratio:.2f}x", ratio >= CPU_PEER_SPEEDUP)
+        if not speed:
+            add(f">= {CPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on this CPU", "not run",
+                None)
+        sixteen = [r for r in report.get("cases", []) if r["rate"] == 16000 and "error" not in r]
+        for row in sixteen:
+            add(f"RTF <= {CPU_RTF_16K:g} at 16 kHz ({row['case']})",
+                f"RTF {row['rtf_median']:.2f}", row["rtf_median"] <= CPU_RTF_16K)
+        if not sixteen:
+            add(f"RTF <= {CPU_RTF_16K:g} at 16 kHz", "not run", None)
+    memory = [r for r in report.get("cases", [])
+              if r["rate"] == 48000 and r["window_s"] == 30.0 and r["seconds"] >= 30.0]
+    for row in memory:
+        if "error" in row:
+            add(f"peak memory < 3 GB at 30-s windows, 48 kHz ({row['case']})",
+                f"failed: {row['error']}", False)
+            continue
+        peak = max(row["mlx_peak_bytes"], row["rss_peak_bytes"])
+        add(f"peak memory < 3 GB at 30-s windows, 48 kHz ({row['case']})",
+            f"MLX {row['mlx_peak_bytes'] / GB:.2f} GB, process RSS {row['rss_peak_bytes'] / GB:.2f} GB",
+            peak < MEMORY_30S_48K_BYTES)
+    if not memory:
+        add("peak memory < 3 GB at 30-s windows, 48 kHz", "not run", None)
+    return rows
+
+
+def write(report: dict, out_dir: Path, name: str) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
+    for path, text in ((json_path, json.dumps(report, indent=2) + "\n"),
+                       (md_path, markdown(report))):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    return json_path, md_path
+
+
+def _mib(value) -> str:
+    return "-" if value is None else f"{value / MIB:,.0f}"
+
+
+def _kv_table(items: dict) -> list[str]:
+    lines = ["| | |", "|---|---|"]
+    for key, value in items.items():
+        lines.append(f"| {key} | {str(value).replace('|', '/')} |")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    if report.get("kind") == "profile":
+        return profile_markdown(report)
+    lines = [f"# speechlens benchmark: {report['machine']}", "",
+             (f"Run {report['started']} to {report.get('finished', '(unfinished)')}; "
+             f"`speechlens {report['environment'].get('argv', '')}`."), "",
+             "## Environment", ""]
+    lines += _kv_table(report["environment"])
+    settings = report["settings"]
+    lines += ["", "## Settings", ""]
+    lines += _kv_table({
+        "checkpoint": report["checkpoint"],
+        "model load": f"{report.get('model_load_s', 0):.2f} s (not in the timings)",
+        **{f"fixture {k}": v for k, v in report.get("fixtures", {}).items()},
+        "windowing": settings["windowing"],
+        "timing": settings["timing"],
+        "repeats": settings["repeats"],
+        "p90": settings["p90"],
+        "RTF": settings["rtf"],
+        "memory": settings["memory"],
+    })
+    lines += ["", "## speechlens (MLX)", "",
+              ("| case | audio | rate | window | mode | windows | warm-up + trials | median s | "
+              "p90 s | RTF | MLX peak MiB | RSS peak MiB | load avg | note |"),
+              "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|"]
+    for r in report.get("cases", []):
+        if "error" in r:
+            lines.append(f"| {r['case']} | {r['seconds']:g} s | {r['rate']} | {r['window_s']:g} s "
+                         f"| {r['mode']} | - | - | - | - | - | - | - | - | FAILED: {r['error']} |")
+            continue
+        lines.append(
+            f"| {r['case']} | {r['seconds']:g} s | {r['rate']} | {r['window_s']:g} s | {r['mode']} "
+            f"| {r['windows']} | {r['warmup']} + {r['trials']} | {r['median_s']:.3f} | "
+            f"{r['p90_s']:.3f} | {r['rtf_median']:.3f} | {_mib(r['mlx_peak_bytes'])} | "
+            f"{_mib(r['rss_peak_bytes'])} | {r['load_at_start'].split()[0]}-"
+            f"{r['load_at_end'].split()[0]} | {r.get('note', '')} |")
+    peers = report.get("peer", [])
+    lines += ["", "## PyTorch peer, same input, same windows, same run", ""]
+    for key, value in report.get("peer_info", {}).items():
+        lines.append(f"- {key}: {value}")
+    if peers:
+        lines += ["", ("| input, window | device | warm-up + trials | peer median s | peer p90 s | "
+                      "speechlens median s (standard / strict) | speedup (standard / strict) | "
+                      "parity rel-RMSE (standard / strict) | peer GPU peak MiB | RSS peak MiB |"),
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+        for p in peers:
+            if "error" in p:
+                lines.append(f"| {p['group']} | {p['device']} | - | - | - | - | - | - | - | - | "
+                             f"FAILED: {p['error']}")
+                continue
+            sl = [_case(report, f"{p['group']}-{m}") for m in ("standard", "strict")]
+            medians = " / ".join(f"{r['median_s']:.3f}" if r else "-" for r in sl)
+            ratios = " / ".join(f"{p['median_s'] / r['median_s']:.2f}x" if r else "-" for r in sl)
+            parity = " / ".join(f"{p['parity_rel_rmse'][m]:.1e}" if m in p["parity_rel_rmse"]
+                                else "-" for m in ("standard", "strict"))
+            lines.append(f"| {p['group']} | {p['device']} | {p['warmup']} + {p['trials']} | "
+                         f"{p['median_s']:.3f} | {p['p90_s']:.3f} | {medians} | {ratios} | "
+                         f"{parity} | {_mib(p.get('torch_peak_bytes'))} | "
+                         f"{_mib(p['rss_peak_bytes'])} |")
+        lines += ["", ("Speedup = peer median / speechlens median. Parity: waveform relative RMSE "
+                      "of the peer's output against speechlens's (expected <= 1e-4).")]
+    lines += ["", "## Targets (issue 5)", "", "| target | measured | met |", "|---|---|---|"]
+    for t in report.get("targets", []):
+        lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
+    return "\n".join(lines) + "\n"
+
+
+def profile_markdown(report: dict) -> str:
+    p = report["profile"]
+    lines = [f"# speechlens component profile: {report['machine']}", "",
+             (f"Run {report['started']} to {report.get('finished', '(unfinished)')}; "
+             f"`speechlens {report['environment'].get('argv', '')}`."), "",
+             "## Environment", ""]
+    lines += _kv_table(report["environment"])
+    lines += ["", "## Method", "",
+              (f"{p['seconds']:g} s of synthetic noisy speech at {p['rate']} Hz, one window "
+               f"(the whole input), {p['mode']} mode; checkpoint: {report['checkpoint']}. "
+               "The profiler runs the model's own `enhance` with every module and kernel "
+               "wrapped (speechlens_cli/bench/profile.py): inputs are evaluated first, then the "
+               "component runs and its output is evaluated (`mx.eval`, plus `mx.synchronize` "
+               "on a GPU); a component's time excludes the wrapped components inside it, so a "
+               "container's time is its glue. The barriers exist in the profiler only, never "
+               f"in the model code. {p['warmup']} profiled warm-up run(s), then {p['runs']} "
+               "profiled run(s); a component's time is the median over runs of its summed "
+               "time in a run."), "",
+              (f"- sum of components: {p['sum_of_components_s']:.3f} s; profiled wall time "
+               f"{p['profiled_wall_s']:.3f} s"),
+              (f"- the same input without barriers (`model.enhance`, one `mx.eval`): "
+               f"{p['unprofiled_wall_s']:.3f} s median of {len(p['unprofiled_runs_s'])}"),
+              (f"- profiled vs unprofiled output: max abs difference "
+               f"{p['profiled_vs_plain_max_abs']:.2e} (output max abs {p['output_max_abs']:.2e})"),
+              f"- MLX peak memory during the profiled runs: {_mib(p['mlx_peak_bytes'])} MiB", "",
+              "## By group", "", "| group | time s | share |", "|---|---:|---:|"]
+    total = p["sum_of_components_s"]
+    for group, seconds in p["groups"].items():
+        lines.append(f"| {group} | {seconds:.3f} | {100 * seconds / total:.1f}% |")
+    lines += ["", "## By component (largest first)", "",
+              "| component | group | calls | time s | share of all | share of Mamba |",
+              "|---|---|---:|---:|---:|---:|"]
+    for r in p["components"]:
+        mamba = "-" if r["share_of_mamba"] is None else f"{100 * r['share_of_mamba']:.1f}%"
+        lines.append(f"| {r['component']} | {r['group']} | {r['calls']} | {r['total_s']:.3f} | "
+                     f"{100 * r['share']:.1f}% | {mamba} |")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,306 @@
+"""Timing loop of `speechlens bench`: end-to-end windowed runs of speechlens and the peer.
+
+Each trial streams one synthetic file through ``speechlens_cli.pipeline.enhance_stream`` (the
+pipeline `speechlens enhance` uses: windows, cross-fade, a float WAV read and written block by
+block) and is timed with ``time.perf_counter`` from the first read to the last write. Every
+window is evaluated (``mx.eval``) and copied back to NumPy before the next one, so GPU work is
+included. The peer runs the same windows through the same function on the same input, in a process of
+its own (peer_process.py: torch must load its CUDA libraries before MLX does).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import gc
+import importlib.util
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import mlx.core as mx
+import numpy as np
+import soundfile as sf
+
+from .. import api, checkpoint, kernels
+from .. import audio as audio_io
+from ..pipeline import DEFAULT_OVERLAP, Geometry, enhance_stream
+from . import cases as matrix
+from .environment import load_average
+from .inputs import BenchCheckpoint, noisy_speech
+
+Log = Callable[[str], None]
+
+
+# ------------------------------------------------------------------------------ measurements
+
+def reset_rss_peak() -> bool:
+    """Reset the kernel's peak-RSS mark (Linux >= 4.0: write 5 to clear_refs)."""
+    try:
+        with open("/proc/self/clear_refs", "w", encoding="ascii") as handle:
+            handle.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _status_kib(field_name: str) -> int | None:
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith(field_name + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+def rss_now() -> int | None:
+    kib = _status_kib("VmRSS")
+    return None if kib is None else kib * 1024
+
+
+def rss_peak() -> int:
+    kib = _status_kib("VmHWM")
+    if kib is not None:
+        return kib * 1024
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear-interpolation percentile (NumPy's default)."""
+    return float(np.percentile(np.asarray(values, np.float64), q))
+
+
+def rel_rmse(actual: np.ndarray, expected: np.ndarray) -> float:
+    actual, expected = np.asarray(actual, np.float64), np.asarray(expected, np.float64)
+    return float(np.sqrt(np.mean((actual - expected) ** 2) / np.mean(expected ** 2)))
+
+
+@dataclass
+class Timing:
+    warmup: int
+    trials_planned: int
+    times_s: list[float] = field(default_factory=list)
+    note: str = ""
+
+    @property
+    def median_s(self) -> float:
+        return statistics.median(self.times_s)
+
+    @property
+    def p90_s(self) -> float:
+        return percentile(self.times_s, 90)
+
+
+def time_runs(run_once: Callable[[], None], warmup: int, trials: int, budget_s: float | None,
+              log: Log, label: str) -> Timing:
+    """`warmup` untimed runs, then up to `trials` timed ones; stops early (after at least one
+    trial) when the next trial would end past `budget_s` seconds since the start."""
+    timing = Timing(warmup, trials)
+    start = time.perf_counter()
+    for i in range(warmup):
+        t0 = time.perf_counter()
+        run_once()
+        log(f"  {label}: warm-up {i + 1}/{warmup} {time.perf_counter() - t0:.3f} s")
+    for i in range(trials):
+        t0 = time.perf_counter()
+        run_once()
+        elapsed = time.perf_counter() - t0
+        timing.times_s.append(elapsed)
+        log(f"  {label}: trial {i + 1}/{trials} {elapsed:.3f} s")
+        spent = time.perf_counter() - start
+        if budget_s is not None and i + 1 < trials and spent + elapsed > budget_s:
+            timing.note = (f"stopped after {i + 1} of {trials} trials: the next would pass the "
+                           f"{budget_s:g}-s budget per case")
+            log(f"  {label}: {timing.note}")
+            break
+    return timing
+
+
+# ------------------------------------------------------------------------------ runs
+
+@dataclass
+class Options:
+    cases: list[matrix.Case]
+    peer_patterns: str | None         # None: no peer
+    warmup: int | None = None         # None: per-case defaults
+    trials: int | None = None
+    peer_warmup: int | None = None
+    peer_trials: int | None = None
+    peer_device: str = "auto"
+    budget_s: float | None = None
+    overlap: float = DEFAULT_OVERLAP
+    model: str | None = None
+
+
+def stream(src: Path, dst: Path, window_fn, rate: int, window_s: float, overlap: float) -> int:
+    info = audio_io.read_info(src)
+    output = audio_io.output_format(info, dst)
+    result = enhance_stream(src, dst, window_fn, Geometry.from_seconds(window_s, overlap, rate),
+                            output)
+    return result.windows
+
+
+def _read(path: Path) -> np.ndarray:
+    return sf.read(str(path), dtype="float32", always_2d=True)[0][:, 0]
+
+
+def run(options: Options, ckpt: BenchCheckpoint, log: Log,
+        on_progress: Callable[[dict], None] | None = None) -> dict:
+    """Run the selected cases; returns the report body (cases, peer groups, settings)."""
+    gpu = kernels.backend() != "cpu"
+    t0 = time.perf_counter()
+    model = checkpoint.load_model(str(ckpt.weights.parent) if ckpt.config else str(ckpt.weights),
+                                  download=False)
+    load_s = time.perf_counter() - t0
+    cfg = model.config
+    body: dict = {"model_load_s": load_s,
+                  "architecture": {"num_tfmamba": cfg.num_tfmamba, "hid_feature": cfg.hid_feature,
+                                   "d_inner": cfg.d_inner, "d_state": cfg.d_state}, "cases": [], "peer": [], "peer_info": {},
+                  "fixtures": {}, "rss_peak_reset": reset_rss_peak()}
+    peer_missing = None if importlib.util.find_spec("torch") else (
+        "torch is not installed (pip install 'speechlens[bench]')")
+    groups: dict[tuple, list[matrix.Case]] = {}
+    for case in options.cases:
+        groups.setdefault(case.group, []).append(case)
+    with tempfile.TemporaryDirectory(prefix="speechlens-bench-") as tmp:
+        tmp = Path(tmp)
+        inputs: dict[tuple[float, int], Path] = {}
+        for key, group in groups.items():
+            seconds, rate, _window = key
+            if (seconds, rate) not in inputs:
+                audio, how = noisy_speech(rate, seconds)
+                path = tmp / f"in-{seconds:g}s-{rate}.wav"
+                sf.write(str(path), audio, rate, subtype="FLOAT")
+                inputs[(seconds, rate)] = path
+                body["fixtures"][f"{seconds:g}s-{matrix.rate_label(rate)}"] = (
+                    f"{how}; {len(audio)} samples, mono float32 WAV")
+            src = inputs[(seconds, rate)]
+            outputs: dict[str, np.ndarray] = {}
+            for case in group:
+                row = _run_case(case, model, src, tmp, options, gpu, log)
+                body["cases"].append(row)
+                if "error" not in row:
+                    outputs[case.mode] = _read(tmp / f"out-{case.name}.wav")
+                if on_progress:
+                    on_progress(body)
+            want_peer = options.peer_patterns is not None and any(
+                fnmatch.fnmatchcase(group[0].group_name + "-" + m, p.strip())
+                for m in matrix.MODES for p in options.peer_patterns.split(","))
+            if want_peer and peer_missing:
+                body["peer_info"] = {"peer": f"not run: {peer_missing}"}
+            elif want_peer:
+                row = _run_peer(group[0], ckpt, src, tmp, outputs, options, gpu, log)
+                body["peer"].append(row)
+                body["peer_info"].update(row.pop("info", {}))
+                if on_progress:
+                    on_progress(body)
+    return body
+
+
+def _run_case(case: matrix.Case, model, src: Path, tmp: Path, options: Options, gpu: bool,
+              log: Log) -> dict:
+    defaults = matrix.default_repeats(case, gpu)
+    warmup = defaults.warmup if options.warmup is None else options.warmup
+    trials = defaults.trials if options.trials is None else options.trials
+    dst = tmp / f"out-{case.name}.wav"
+    strict = case.mode == "strict"
+    windows = 0
+
+    def once() -> None:
+        nonlocal windows
+        windows = stream(src, dst, lambda w: api.enhance_channels(model, w, case.rate, strict),
+                          case.rate, case.window, options.overlap)
+
+    row = {"case": case.name, "seconds": case.seconds, "rate": case.rate, "window_s": case.window,
+           "overlap": options.overlap, "mode": case.mode, "load_at_start": load_average()}
+    log(f"{case.name}: {warmup} warm-up + {trials} trials (load {row['load_at_start']})")
+    gc.collect()
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    row["rss_before_bytes"] = rss_now()
+    reset_rss_peak()
+    try:
+        timing = time_runs(once, warmup, trials, options.budget_s, log, case.name)
+    except Exception as error:  # noqa: BLE001 - one failing case must not lose the others
+        row["error"] = f"{type(error).__name__}: {error}"
+        log(f"{case.name}: FAILED {row['error']}")
+        return row
+    row.update(_timing_fields(timing, case.seconds))
+    row.update(windows=windows, mlx_peak_bytes=int(mx.get_peak_memory()),
+               rss_peak_bytes=rss_peak(), load_at_end=load_average())
+    log(f"{case.name}: median {timing.median_s:.3f} s, RTF {row['rtf_median']:.3f}, "
+        f"MLX peak {row['mlx_peak_bytes'] / 2**20:.0f} MiB, RSS peak "
+        f"{row['rss_peak_bytes'] / 2**20:.0f} MiB")
+    return row
+
+
+def _timing_fields(timing: Timing, seconds: float) -> dict:
+    return {"warmup": timing.warmup, "trials_planned": timing.trials_planned,
+            "trials": len(timing.times_s), "times_s": timing.times_s,
+            "median_s": timing.median_s, "p90_s": timing.p90_s,
+            "rtf_median": timing.median_s / seconds, "rtf_p90": timing.p90_s / seconds,
+            "note": timing.note}
+
+
+def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
+              outputs: dict[str, np.ndarray], options: Options, gpu: bool, log: Log) -> dict:
+    """Time the peer on the same input and windows, in a process of its own (peer_process.py)."""
+    defaults = matrix.default_peer_repeats(gpu)
+    warmup = defaults.warmup if options.peer_warmup is None else options.peer_warmup
+    trials = defaults.trials if options.peer_trials is None else options.peer_trials
+    dst = tmp / f"peer-{case.group_name}.wav"
+    label = f"{case.group_name} peer"
+    row = {"group": case.group_name, "seconds": case.seconds, "rate": case.rate,
+           "window_s": case.window, "overlap": options.overlap, "device": options.peer_device,
+           "load_at_start": load_average()}
+    log(f"{label}: {warmup} warm-up + {trials} trials (device {options.peer_device})")
+    args = {"weights": str(ckpt.weights), "config": str(ckpt.config) if ckpt.config else None,
+            "device": options.peer_device, "src": str(src), "dst": str(dst), "rate": case.rate,
+            "window": case.window, "overlap": options.overlap, "warmup": warmup,
+            "trials": trials, "budget_s": options.budget_s, "label": label}
+    script = Path(__file__).with_name("peer_process.py")
+    proc = subprocess.run([sys.executable, str(script), json.dumps(args)], stdout=subprocess.PIPE,
+                          text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        row["error"] = f"the peer process failed (exit {proc.returncode}; see its stderr above)"
+        log(f"{label}: FAILED {row['error']}")
+        return row
+    result = json.loads(lines[-1])
+    timing = Timing(result["warmup"], result["trials_planned"], result["times_s"], result["note"])
+    row.update(_timing_fields(timing, case.seconds))
+    row.update(device=result["device"], peer_load_s=result["load_s"], info=result["info"],
+               torch_peak_bytes=result["torch_peak_bytes"], rss_peak_bytes=result["rss_peak_bytes"],
+               rss_before_bytes=result["rss_before_bytes"], load_at_end=load_average())
+    out = _read(dst)
+    row["parity_rel_rmse"] = {mode: rel_rmse(out, ref) for mode, ref in outputs.items()}
+    row["finite"] = bool(np.isfinite(out).all())
+    log(f"{label}: median {timing.median_s:.3f} s; parity (waveform rel-RMSE vs speechlens) "
+        + ", ".join(f"{m} {v:.2e}" for m, v in row["parity_rel_rmse"].items()))
+    return row
+
+
+def describe(options: Options) -> dict:
+    """The settings a report states."""
+    settings = asdict(options)
+    settings["cases"] = [c.name for c in options.cases]
+    settings["windowing"] = (f"speechlens_cli.pipeline.enhance_stream, overlap "
+                             f"{options.overlap:g} of the window, sin^2/cos^2 cross-fade")
+    settings["timing"] = ("wall time (time.perf_counter) of one whole file: read float WAV, every "
+                          "window through the model and evaluated, cross-fade, write float WAV")
+    settings["p90"] = "90th percentile, linear interpolation between trials"
+    settings["rtf"] = "wall seconds / audio seconds (below 1 = faster than real time)"
+    settings["memory"] = ("MLX peak = mx.get_peak_memory() over the case (reset before it); RSS "
+                          "peak = the process's VmHWM over the case (reset through "
+                          "/proc/self/clear_refs where allowed, else the lifetime peak)")
+    return settings
+

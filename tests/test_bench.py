@@ -1,0 +1,112 @@
+"""`speechlens bench` smoke tests on the tiny checkpoint (keeps `make bench` from rotting), the
+case matrix, the target evaluation and the component profiler's walk of the model."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from fixtures.audio import noisy_speech
+from speechlens_cli import checkpoint
+from speechlens_cli.bench import cases as matrix
+from speechlens_cli.bench import report as rep
+from speechlens_cli.bench.profile import run_profile
+from speechlens_cli.cli import main
+
+
+def test_bench_command_runs_and_writes_reports(tiny_checkpoint, tmp_path):
+    result = CliRunner().invoke(main, [
+        "bench", "--model", str(tiny_checkpoint), "--cases", "5s-16k-w5-*", "--warmup", "0",
+        "--trials", "1", "--no-peer", "--device", "cpu", "--out", str(tmp_path),
+        "--name", "smoke"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "smoke.json").read_text())
+    assert [r["case"] for r in report["cases"]] == ["5s-16k-w5-standard", "5s-16k-w5-strict"]
+    for row in report["cases"]:
+        assert "error" not in row
+        assert row["trials"] == len(row["times_s"]) == 1 and row["windows"] == 1
+        assert row["median_s"] > 0 and row["rtf_median"] == pytest.approx(row["median_s"] / 5.0)
+        assert row["mlx_peak_bytes"] > 0 and row["rss_peak_bytes"] > 0
+    env = report["environment"]
+    for key in ("cpu", "os", "python", "mlx", "mlx backend", "blas"):
+        assert env[key]
+    assert report["architecture"]["hid_feature"] == 16
+    # targets are about the full-size model only
+    assert report["targets"][0]["met"] == "n/a"
+    markdown = (tmp_path / "smoke.md").read_text()
+    assert "| 5s-16k-w5-strict | 5 s | 16000 | 5 s | strict | 1 | 0 + 1 |" in markdown
+
+
+def test_bench_rejects_patterns_matching_nothing(tiny_checkpoint, tmp_path):
+    result = CliRunner().invoke(main, ["bench", "--model", str(tiny_checkpoint), "--cases",
+                                       "nope-*", "--out", str(tmp_path)])
+    assert result.exit_code != 0 and "matches no case" in result.output
+
+
+def test_case_matrix_and_selection():
+    names = [c.name for c in matrix.all_cases()]
+    assert len(names) == len(set(names))
+    # 5-s files: one window whatever the window length, so only w5; long files: both windows
+    assert "5s-44.1k-w5-strict" in names and "5s-44.1k-w30-strict" not in names
+    assert {"120s-16k-w5-standard", "120s-44.1k-w30-strict", "30s-48k-w30-standard"} <= set(names)
+    assert [c.name for c in matrix.select("5s-48k-*")] == ["5s-48k-w5-standard",
+                                                            "5s-48k-w5-strict"]
+    assert len(matrix.select("all")) == len(names)
+    long_gpu = matrix.default_repeats(matrix.select("120s-16k-w5-strict")[0], gpu=True)
+    short_gpu = matrix.default_repeats(matrix.select("5s-16k-w5-strict")[0], gpu=True)
+    assert (short_gpu.warmup, short_gpu.trials) == (5, 20) and long_gpu.trials < 20
+
+
+def _fake_report(backend: str, cases: list[dict], peer: list[dict]) -> dict:
+    return {"environment": {"mlx backend": backend}, "architecture": dict(rep.FULL_SIZE),
+            "cases": cases, "peer": peer}
+
+
+def _case(name: str, median: float, rate: int = 44100, seconds: float = 5.0,
+          window: float = 5.0, peak: int = 0) -> dict:
+    return {"case": name, "median_s": median, "rtf_median": median / seconds, "rate": rate,
+            "seconds": seconds, "window_s": window, "mlx_peak_bytes": peak,
+            "rss_peak_bytes": peak}
+
+
+def test_targets_are_judged_against_the_issue_thresholds():
+    gpu = rep.targets(_fake_report("cuda", [
+        _case("5s-44.1k-w5-standard", 0.2),
+        _case("30s-48k-w30-standard", 1.0, 48000, 30.0, 30.0, peak=int(3.5e9)),
+    ], [{"group": "5s-44.1k-w5", "median_s": 4.0}]))
+    verdicts = {t["target"].split(" (")[0]: t["met"] for t in gpu}
+    assert verdicts["5 s at 44.1 kHz end to end <= 0.15 s"] == "NO"
+    assert verdicts[">= 10x faster than the PyTorch peer on the same GPU"] == "yes"   # 20x
+    assert verdicts["peak memory < 3 GB at 30-s windows, 48 kHz"] == "NO"
+    cpu = rep.targets(_fake_report("cpu", [_case("5s-16k-w5-standard", 15.0, 16000)],
+                                   [{"group": "5s-16k-w5", "median_s": 30.0}]))
+    verdicts = {t["target"].split(" (")[0]: t["met"] for t in cpu}
+    assert verdicts[">= 3x faster than the PyTorch peer on this CPU"] == "NO"          # 2x
+    assert verdicts["RTF <= 4 at 16 kHz"] == "yes"                                      # RTF 3
+    assert verdicts["peak memory < 3 GB at 30-s windows, 48 kHz"] == "not run"
+
+
+def test_profile_times_every_component_and_restores_the_model(tiny_checkpoint):
+    model = checkpoint.load_model(tiny_checkpoint)
+    classes = {path: type(m) for path, m in model.named_modules()}
+    audio = noisy_speech(16000, 0.5, seed=1).astype(np.float32)
+    result = run_profile(model, audio, 16000, runs=1, log=lambda _line: None)
+    # the profiled run is the model's own run: same result up to float32 rounding
+    assert result["profiled_vs_plain_max_abs"] <= 1e-5 * result["output_max_abs"]
+    assert {path: type(m) for path, m in model.named_modules()} == classes
+    calls = {r["component"]: r["calls"] for r in result["components"]}
+    blocks, width = model.config.num_tfmamba, model.config.hid_feature
+    scans = [name for name in calls if name.startswith("Mamba selective scan kernel")]
+    convs = [name for name in calls if name.startswith("Mamba causal conv1d kernel")]
+    assert len(scans) == len(convs) == 1
+    assert calls[scans[0]] == calls[convs[0]] == 4 * blocks
+    assert calls[f"Mamba in_proj (Linear {width}->{8 * width})"] == 4 * blocks
+    assert calls["BiMamba LayerNorm"] == 2 * blocks
+    assert calls["STFT (frames, rfft, log1p |X|, atan2)"] == 1
+    assert calls["encoder conv 3x3 (dense block, dilated)"] == 4
+    assert sum(r["share"] for r in result["components"]) == pytest.approx(1.0)
+    assert all(r["total_s"] >= 0 for r in result["components"])
+    assert result["unprofiled_wall_s"] > 0
