@@ -359,9 +359,11 @@ def test_ranks_that_see_different_inputs_refuse_to_start(tmp_path):
     make_audio(tmp_path / "in_1" / "a.wav", 0.05)
     make_audio(tmp_path / "in_1" / "b.wav", 0.05, seed=1)
     script = f'exec {SPEECHLENS} enhance "in_$MLX_RANK" out --model unused'
-    _, stderr, codes = finish(launch(cwd=tmp_path, command=["bash", "-c", script]))
-    assert codes == {0: 1, 1: 1}, stderr
-    (error,) = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    stdout, stderr, codes = finish(launch(cwd=tmp_path, command=["bash", "-c", script]))
+    assert codes == {0: 1, 1: 1}, (stdout, stderr)
+    errors = [line for line in stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, (stdout, stderr)
+    error = errors[0]
     assert error.startswith("error: the ranks see different inputs (rank 0: 1 files, 0.05 s; "
                             "rank 1: 2 files, 0.1 s)"), error
     assert not (tmp_path / "out").exists()
