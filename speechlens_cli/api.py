@@ -12,8 +12,14 @@ import numpy as np
 
 from . import audio as audio_io
 from . import checkpoint
-from .audio import AudioInfo, OutputFormat
-from .errors import AudioInputError, EnhancementError, OutputError, UsageError
+from .audio import MAX_CHANNELS, AudioInfo, OutputFormat
+from .errors import (
+    AudioInputError,
+    EnhancementError,
+    OutputError,
+    OutputExistsError,
+    UsageError,
+)
 from .model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from .model.semamba import SEMamba
 from .pipeline import (
@@ -47,9 +53,16 @@ def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
 
 
 def enhance_channels(model: SEMamba, audio: np.ndarray, sample_rate: int, strict: bool) -> np.ndarray:
-    """[N, C] float32 -> [N, C] float32, every channel through the model on its own."""
+    """[N, C] float32 -> [N, C] float32, every channel through the model on its own.
+
+    A channel of digital silence (every sample exactly zero: a muted channel, padding) stays
+    silent: the model is not run on it, so it cannot invent sound where there was none.
+    """
     out = np.empty(audio.shape, dtype=np.float32)
     for channel in range(audio.shape[1]):
+        if not audio[:, channel].any():
+            out[:, channel] = 0.0
+            continue
         signal = mx.array(np.ascontiguousarray(audio[:, channel], dtype=np.float32))[None]
         try:
             enhanced = model.enhance(signal, sample_rate, strict=strict)
@@ -79,6 +92,9 @@ def enhance(
     frames = array.shape[0]
     if array.ndim == 2 and array.shape[1] == 0:
         raise AudioInputError("audio has no channels")
+    if array.ndim == 2 and array.shape[1] > MAX_CHANNELS:
+        raise AudioInputError(f"audio has {array.shape[1]} channels; speechlens enhances at most "
+                              f"{MAX_CHANNELS} (a [channels, N] array needs transposing to [N, C])")
     if not np.isfinite(array).all():
         raise AudioInputError("audio contains NaN or Inf samples")
     net = get_model(model)
@@ -90,6 +106,11 @@ def enhance(
         )
     as_channels = array.reshape(frames, -1).astype(np.float32)
     out = enhance_channels(net, as_channels, int(sample_rate), strict)
+    if not np.isfinite(out).all():
+        raise AudioInputError(
+            f"the model output NaN or Inf (the input peaks at {float(np.abs(as_channels).max()):.3g} "
+            "times full scale)"
+        )
     return out.reshape(array.shape)
 
 
@@ -130,7 +151,7 @@ def plan_file(
     if destination.is_dir():
         raise OutputError(f"{destination}: is a folder, not an output file")
     if destination.exists() and not overwrite:
-        raise OutputError(
+        raise OutputExistsError(
             f"{destination}: already exists (use --overwrite to replace it or --skip-existing "
             "to keep it)"
         )
@@ -165,6 +186,7 @@ def run_plan(
             plan.source, temporary,
             lambda window: enhance_channels(model, window, rate, strict),
             geometry, plan.output, name=plan.name, progress=progress,
+            output_name=str(plan.destination),
         )
     return {
         "input": plan.name, "output": str(plan.destination), "status": "done",

@@ -26,6 +26,7 @@ from .errors import (
     BatchFailedError,
     ModelNotFoundError,
     OutputError,
+    OutputExistsError,
     SpeechlensError,
     UsageError,
 )
@@ -279,8 +280,9 @@ class _Job:
         return self.shown_output == "-"
 
 
-def _folder_jobs(source: Path, destination: Path) -> tuple[list[_Job], list[Path]]:
-    """Every audio file under `source`, mirrored under `destination`, plus the non-audio files."""
+def _folder_jobs(source: Path, destination: Path) -> tuple[list[_Job], list]:
+    """Every audio file under `source`, mirrored under `destination`, plus the files left alone:
+    not audio (Paths) or not followed (audio_io.Skipped: symlinks leaving the tree, pipes)."""
     if audio_io.same_file(source, destination):
         raise UsageError(f"{destination}: is the input folder; choose another output folder")
     if destination.exists() and not destination.is_dir():
@@ -291,7 +293,16 @@ def _folder_jobs(source: Path, destination: Path) -> tuple[list[_Job], list[Path
                  str(destination / path.relative_to(source))) for path in scan.audio]
     if not jobs:
         raise UsageError(f"{source}: no audio files found")
-    return jobs, scan.other
+    return jobs, [*scan.other, *scan.skipped]
+
+
+def _left_alone(item) -> dict:
+    """The record of a file a folder batch does not enhance (see _folder_jobs)."""
+    if isinstance(item, audio_io.Skipped):
+        return {"input": str(item.path), "output": None, "status": "skipped",
+                "reason": item.reason}
+    return {"input": str(item), "output": None, "status": "not-audio",
+            "reason": "not an audio file"}
 
 
 def _collect_jobs(paths: tuple[str, ...], output_dir: str | None,
@@ -326,7 +337,11 @@ def _collect_jobs(paths: tuple[str, ...], output_dir: str | None,
     else:
         read_from, name = Path(source), source
     if destination == "-":
-        folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="speechlens-")))
+        try:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="speechlens-")))
+        except OSError as error:
+            raise OutputError(f"<stdout>: no room for the output in {tempfile.gettempdir()} "
+                              f"({error.strerror or error}); set TMPDIR") from None
         return [_Job(read_from, folder / "stdout.wav", name, "-", "WAV")], [], False
     target = Path(destination)
     if target.is_dir() or destination.endswith(("/", os.sep)):
@@ -502,8 +517,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
                                chunk_seconds=chunk_seconds, overlap=overlap, overwrite=overwrite,
                                skip_existing=skip_existing, subtype=subtype, dry_run=dry_run)
             for path in others:
-                reporter.record({"input": str(path), "output": None, "status": "not-audio",
-                                 "reason": "not an audio file"})
+                reporter.record(_left_alone(path))
             return errors
 
         if share.in_group:  # never returns: rank 0 reports for all, every rank exits
@@ -546,6 +560,12 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
             plan = api.plan_file(job.source, job.destination, overwrite=overwrite,
                                  subtype=subtype, container=job.container, name=job.name,
                                  create_folders=batch)
+        except OutputExistsError as error:
+            if not skip_existing:  # another process wrote it since the check above
+                fail(base, error)
+            else:
+                reporter.record({**base, "status": "skipped", "reason": "output exists"})
+            continue
         except SpeechlensError as error:
             fail(base, error)
             continue
@@ -567,6 +587,12 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
         try:
             result = api.run_plan(plan, model, strict=strict, chunk_seconds=chunk_seconds,
                                   overlap=overlap, progress=reporter.file_progress(plan))
+        except OutputExistsError as error:
+            if not skip_existing:  # another process finished it first: its file is kept
+                fail(base, error)
+            else:
+                reporter.record({**base, "status": "skipped", "reason": "output exists"})
+            continue
         except SpeechlensError as error:
             fail(base, error)
             continue

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +22,7 @@ import mlx.core as mx
 import numpy as np
 import soundfile as sf
 
-from .audio import OutputFormat, decode_error, open_reader
+from .audio import OutputFormat, decode_error, native_stderr_silenced, open_reader
 from .errors import AudioInputError, OutputError, UsageError
 
 DEFAULT_CHUNK_SECONDS = 5.0
@@ -31,6 +33,8 @@ DEVICES = ("auto", "gpu", "cpu")
 DEFAULT_DEVICE = "auto"
 #: Freed MLX buffers kept for reuse. Windows all have one length, so a small pool is enough.
 CACHE_LIMIT_BYTES = 256 * 1024 * 1024
+#: Frames per read when a finished output is read back to check it.
+_CHECK_BLOCK = 1 << 16
 
 WindowFn = Callable[[np.ndarray], np.ndarray]
 ProgressFn = Callable[[int], None]
@@ -116,8 +120,9 @@ class _WindowReader:
         missing = end - (self.origin + len(self.buffer))
         if missing > 0:
             try:
-                block = self.handle.read(missing, dtype="float32", always_2d=True)
-            except (sf.LibsndfileError, RuntimeError) as error:
+                with native_stderr_silenced():  # libmpg123 prints resync notes to fd 2
+                    block = self.handle.read(missing, dtype="float32", always_2d=True)
+            except (sf.LibsndfileError, RuntimeError, OSError) as error:
                 raise decode_error(self.name, error) from None
             if len(block) < missing:
                 got = self.origin + len(self.buffer) + len(block)
@@ -130,14 +135,56 @@ class _WindowReader:
         return self.buffer[start - self.origin:end - self.origin]
 
 
-def _open_sink(path, sample_rate: int, channels: int, output: OutputFormat) -> sf.SoundFile:
+def _write_reason(error: Exception) -> str:
+    """The operating system's reason for a failed write ("No space left on device") where there
+    is one; libsndfile itself only says "System error."."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    text = re.sub(r"^Error opening '.*?': ", "", text)  # the temporary name means nothing to users
+    if "System error" in text:
+        code = getattr(getattr(sf, "_ffi", None), "errno", 0)  # errno of libsndfile's last call
+        if code:
+            return os.strerror(code)
+    return text
+
+
+def _open_sink(path, sample_rate: int, channels: int, output: OutputFormat,
+               shown: str) -> sf.SoundFile:
     try:
         return sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
                             format=output.format)
     except (sf.LibsndfileError, RuntimeError, OSError) as error:
         raise OutputError(
-            f"{path}: cannot write {output.format}/{output.subtype} here ({error})"
+            f"{shown}: cannot write {output.format}/{output.subtype} there "
+            f"({_write_reason(error)})"
         ) from None
+
+
+def _check_written(path, frames: int, shown: str) -> None:
+    """Read the closed output back in blocks: every frame must decode.
+
+    Some write failures go unreported (a FLAC encoder's last block lost to a full disk leaves a
+    short file with no length in its header, and libsndfile returns success); such a file must
+    never be renamed into place as a finished output.
+    """
+    got, declared = 0, -1
+    try:
+        with native_stderr_silenced(), sf.SoundFile(str(path)) as check:
+            declared = check.frames
+            width = 2 * check.channels  # decoded as int16: all that is needed is the count
+            while got < frames:
+                block = check.buffer_read(min(_CHECK_BLOCK, frames - got), dtype="int16")
+                if not len(block):
+                    break
+                got += len(block) // width
+    except (sf.LibsndfileError, RuntimeError, OSError):
+        pass
+    if got != frames or declared != frames:
+        raise OutputError(
+            f"{shown}: the written file does not read back complete ({got} of {frames} frames "
+            "decode): the disk may be full"
+        )
 
 
 def enhance_stream(
@@ -149,6 +196,7 @@ def enhance_stream(
     *,
     name: str | None = None,
     progress: ProgressFn | None = None,
+    output_name: str | None = None,
 ) -> StreamResult:
     """Enhance `source` into `destination` window by window, writing each block once it is final.
 
@@ -157,33 +205,47 @@ def enhance_stream(
     later one fades in (sin^2), divided by the summed weight; elsewhere each output sample comes
     from exactly one window. The last window ends at the end of the file, so every window but
     that of a file shorter than one window has the full length.
+
+    `output_name` names the output in error messages (`destination` may be a temporary name).
+    The closed output is read back before returning; a window the model turns into NaN or Inf
+    (finite input far beyond full scale overflows the STFT) stops the file, never reaching it.
     """
     name = name or str(source)
+    shown = output_name or str(destination)
     with open_reader(source, name) as (handle, info), bounded_cache():
         reader = _WindowReader(handle, info.frames, name)
         starts = geometry.starts(info.frames)
         clamped = written = 0
         tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade region
-        with _open_sink(destination, info.sample_rate, info.channels, output) as sink:
+        sink = _open_sink(destination, info.sample_rate, info.channels, output, shown)
 
-            def emit(block: np.ndarray) -> None:
-                nonlocal clamped, written
-                if output.is_integer:
-                    over = int(np.count_nonzero(np.abs(block) > 1.0))
-                    if over:
-                        clamped += over
-                        block = np.clip(block, -1.0, 1.0)
-                try:
-                    sink.write(block)
-                except (sf.LibsndfileError, RuntimeError, OSError) as error:
-                    raise OutputError(f"{destination}: write failed ({error})") from None
-                written += len(block)
-                if progress is not None:
-                    progress(written)
+        def emit(block: np.ndarray) -> None:
+            nonlocal clamped, written
+            if output.is_integer:
+                over = int(np.count_nonzero(np.abs(block) > 1.0))
+                if over:
+                    clamped += over
+                    block = np.clip(block, -1.0, 1.0)
+            try:
+                sink.write(block)
+            except (sf.LibsndfileError, RuntimeError, OSError, AssertionError) as error:
+                # soundfile asserts that every frame was written: a short write is a failure
+                raise OutputError(f"{shown}: write failed ({_write_reason(error)})") from None
+            written += len(block)
+            if progress is not None:
+                progress(written)
 
+        try:
             for index, start in enumerate(starts):
                 end = min(start + geometry.chunk, info.frames)
-                enhanced = enhance_window(reader.window(start, end))
+                window = reader.window(start, end)
+                enhanced = enhance_window(window)
+                if not np.isfinite(enhanced).all():
+                    raise AudioInputError(
+                        f"{name}: the model output NaN or Inf for the window at "
+                        f"{start / info.sample_rate:.2f} s (the input peaks at "
+                        f"{float(np.abs(window).max()):.3g} times full scale there)"
+                    )
                 if len(tail):
                     fade_in, fade_out = crossfade_weights(len(tail))
                     head = enhanced[written - start:written - start + len(tail)]
@@ -192,4 +254,13 @@ def enhance_stream(
                 final = end if index == len(starts) - 1 else end - geometry.overlap
                 emit(enhanced[written - start:final - start])
                 tail = enhanced[final - start:]
+        except BaseException:
+            with contextlib.suppress(Exception):
+                sink.close()
+            raise
+        try:
+            sink.close()  # flushes the encoder and finishes the header: it can fail too
+        except (sf.LibsndfileError, RuntimeError, OSError) as error:
+            raise OutputError(f"{shown}: write failed ({_write_reason(error)})") from None
+    _check_written(destination, written, shown)
     return StreamResult(written, len(starts), clamped)
