@@ -170,6 +170,9 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise CheckpointFormatError(f"{path}: not a safetensors file (header is not JSON)") from None
+    except (RecursionError, ValueError):  # absurdly nested, or integers of thousands of digits
+        raise CheckpointFormatError(f"{path}: not a safetensors file (header JSON is absurd)") \
+            from None
     if not isinstance(header, dict):
         raise CheckpointFormatError(f"{path}: not a safetensors file (header is not an object)")
     data_start = 8 + header_len
@@ -232,22 +235,31 @@ def _read_config(files: CheckpointFiles) -> ModelConfig:
         raw = json.loads(files.config.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise IncompatibleModelError(f"{files.config}: unreadable config.json ({error})") from None
-    return ModelConfig.from_dict(raw)
+    except (RecursionError, ValueError):  # absurdly nested, or integers of thousands of digits
+        raise IncompatibleModelError(f"{files.config}: unreadable config.json (absurd JSON)") \
+            from None
+    try:
+        return ModelConfig.from_dict(raw)
+    except IncompatibleModelError as error:  # name the checkpoint the config belongs to
+        raise IncompatibleModelError(f"{files.config.parent}: {error}") from None
 
 
 def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointReport:
     """Everything `models verify` reports; raises the typed error of the first problem found."""
     files = resolve(spec, download=download)
-    cfg = _read_config(files)
-    entries, _ = read_header(files.weights)
-    check_layout(entries, cfg, files.source)
-    digest = file_sha256(files.weights)
-    if files.expected_sha256 and digest != files.expected_sha256:
+    # A pinned file is checksummed first: a download cut short then reads as what it is (with
+    # the fix), not as a truncated or malformed safetensors file.
+    digest = file_sha256(files.weights) if files.expected_sha256 else None
+    if digest is not None and digest != files.expected_sha256:
         raise ChecksumMismatchError(
             f"{files.weights}: sha256 {digest[:12]}... does not match the pinned "
             f"{files.expected_sha256[:12]}... (a partial or altered download): delete it and run "
             "`speechlens models pull`"
         )
+    cfg = _read_config(files)
+    entries, _ = read_header(files.weights)
+    check_layout(entries, cfg, files.source)
+    digest = digest or file_sha256(files.weights)
     parameters = sum(math.prod(e.shape) for e in entries.values())
     return CheckpointReport(files.source, files.weights, cfg, len(entries), parameters, digest)
 

@@ -73,7 +73,13 @@ class ModelConfig:
             if isinstance(raw, bool) or not isinstance(raw, int):
                 raise IncompatibleModelError(f"config.json {name} must be an integer, got {raw!r}")
             values[name] = raw
-        values["norm_epsilon"] = float(model_cfg.get("norm_epsilon", defaults.norm_epsilon))
+        epsilon = model_cfg.get("norm_epsilon", defaults.norm_epsilon)
+        if isinstance(epsilon, bool) or not isinstance(epsilon, (int, float)) \
+                or not 0 < epsilon <= 1:  # also rejects NaN and the 1e999 that JSON reads as inf
+            raise IncompatibleModelError(
+                f"config.json norm_epsilon must be a number in (0, 1], got {epsilon!r}"
+            )
+        values["norm_epsilon"] = float(epsilon)
         values["compress_factor"] = model_cfg.get("compress_factor", defaults.compress_factor)
         values["sfi"] = bool(stft_cfg.get("sfi", defaults.sfi))
         config = cls(**values)
