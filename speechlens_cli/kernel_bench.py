@@ -25,7 +25,6 @@ import os
 import platform
 import resource
 import statistics
-import subprocess
 import sys
 import time
 from functools import partial
@@ -34,51 +33,17 @@ import mlx.core as mx
 import numpy as np
 
 from . import kernels
+from .bench.environment import cpu_model, gpu_name
 
 PRODUCTION_SHAPES = ((442, 251, 256), (251, 442, 256))
 CONV_TAPS = kernels.CONV_WIDTH
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    try:
-        return subprocess.run(["sysctl", "-n", "machdep.cpu.brand_string"], capture_output=True,
-                              text=True, check=False).stdout.strip() or platform.processor()
-    except OSError:
-        return platform.processor()
-
-
-def _gpu_name() -> str:
-    try:
-        info = mx.device_info()
-        for key in ("device_name", "name", "architecture"):
-            if info.get(key):
-                return str(info[key])
-    except Exception:  # noqa: BLE001, S110 - informational only
-        pass
-    if kernels.backend() == "cuda":
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version",
-                                  "--format=csv,noheader"], capture_output=True, text=True,
-                                 check=False).stdout.strip()
-            if out:
-                return out.splitlines()[0]
-        except OSError:
-            pass
-    return "-"
-
-
 def environment() -> dict[str, str]:
     info = kernels.kernel_info()
     env = {
-        "hardware": f"{_cpu_model()}, {os.cpu_count()} logical CPUs",
-        "gpu": _gpu_name() if info["backend"] != "cpu" else "-",
+        "hardware": f"{cpu_model()}, {os.cpu_count()} logical CPUs",
+        "gpu": gpu_name() or "-",
         "os": platform.platform(),
         "python": platform.python_version(),
         "mlx": mx.__version__,
