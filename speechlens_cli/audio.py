@@ -350,11 +350,13 @@ def copy_to_stream(path: Path, stream: BinaryIO) -> None:
         raise OutputError("<stdout>: the reader closed the pipe before all the audio was written") \
             from None
     except OSError as error:
+        _detach_stdout()
         raise OutputError(f"<stdout>: write failed ({error.strerror or error})") from None
 
 
 def _detach_stdout() -> None:
-    """Point fd 1 at /dev/null so the interpreter's final flush does not fail a second time."""
+    """Point fd 1 at /dev/null: what is still buffered for stdout goes nowhere, so the
+    interpreter's final flush cannot fail a second time (a traceback, exit code 120)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):
         quiet = os.open(os.devnull, os.O_WRONLY)
         os.dup2(quiet, sys.stdout.fileno())

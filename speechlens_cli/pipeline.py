@@ -35,6 +35,8 @@ DEFAULT_DEVICE = "auto"
 CACHE_LIMIT_BYTES = 256 * 1024 * 1024
 #: Frames per read when a finished output is read back to check it.
 _CHECK_BLOCK = 1 << 16
+#: libsndfile's sf_command for "write a PEAK chunk" (sndfile.h).
+_SFC_SET_ADD_PEAK_CHUNK = 0x1050
 
 WindowFn = Callable[[np.ndarray], np.ndarray]
 ProgressFn = Callable[[int], None]
@@ -152,13 +154,25 @@ def _write_reason(error: Exception) -> str:
 def _open_sink(path, sample_rate: int, channels: int, output: OutputFormat,
                shown: str) -> sf.SoundFile:
     try:
-        return sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
+        sink = sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
                             format=output.format)
     except (sf.LibsndfileError, RuntimeError, OSError) as error:
         raise OutputError(
             f"{shown}: cannot write {output.format}/{output.subtype} there "
             f"({_write_reason(error)})"
         ) from None
+    _leave_out_peak_chunk(sink)
+    return sink
+
+
+def _leave_out_peak_chunk(sink: sf.SoundFile) -> None:
+    """libsndfile stamps the wall-clock time into the PEAK chunk of float WAV/AIFF files, so the
+    same input would not give byte-identical output twice; the chunk is optional (peak levels
+    that readers may cache), so it is left out. Called before the first write, as required."""
+    snd, ffi = getattr(sf, "_snd", None), getattr(sf, "_ffi", None)
+    if snd is not None and ffi is not None:
+        with contextlib.suppress(Exception):
+            snd.sf_command(sink._file, _SFC_SET_ADD_PEAK_CHUNK, ffi.NULL, 0)
 
 
 def _check_written(path, frames: int, shown: str) -> None:
@@ -181,6 +195,9 @@ def _check_written(path, frames: int, shown: str) -> None:
     except (sf.LibsndfileError, RuntimeError, OSError):
         pass
     if got != frames or declared != frames:
+        if not os.path.exists(path):   # deleted under us: say so, not "disk full"
+            what = "its folder was" if not os.path.isdir(os.path.dirname(path) or ".") else "it was"
+            raise OutputError(f"{shown}: {what} removed while the file was being written")
         raise OutputError(
             f"{shown}: the written file does not read back complete ({got} of {frames} frames "
             "decode): the disk may be full"

@@ -1,0 +1,341 @@
+"""Reliability, the file system fails under us (issue 6, part 3).
+
+Faults are injected in two ways: in-process (monkeypatched soundfile writes, an os layer that
+refuses writes as a read-only mount or missing permission would, a folder removed mid-run) and
+for real in child processes (RLIMIT_FSIZE makes the kernel refuse writes past a size, as a full
+disk does; /dev/full answers ENOSPC; a closed pipe answers EPIPE). After each: one error line
+naming the file, a non-zero exit, no temporary file, every existing output intact.
+tests/test_cli.py already proves an output equal to the input (same path, via "..", via a
+symlink) is refused and an unwritable folder (/sys) fails before the model runs.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import soundfile as sf
+
+from speechlens_cli import api
+from tests.reliability import (
+    CHILD,
+    REPO,
+    audit_outputs,
+    invoke,
+    leftovers,
+    make_audio,
+    one_error_line,
+    refuse_writes,
+    tree_bytes,
+)
+
+
+def _records(result) -> dict[str, dict]:
+    return {Path(r["input"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+
+
+@pytest.fixture
+def batch(tmp_path) -> Path:
+    """in/ with three short files (a, b, c)."""
+    for index, name in enumerate("abc"):
+        make_audio(tmp_path / "in" / f"{name}.wav", 400 + 40 * index, seed=index)
+    return tmp_path / "in"
+
+
+# ------------------------------------------------------------------------------ unwritable
+
+@pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES], ids=["read-only", "no-permission"])
+def test_unwritable_destination_fails_every_file_before_the_model(tmp_path, batch, monkeypatch,
+                                                                  code):
+    out = tmp_path / "out"
+    out.mkdir()
+    refused = refuse_writes(monkeypatch, out, code)
+    result = invoke("enhance", batch, out, "--model", tmp_path / "no-such-model", "--json")
+    assert result.exit_code == 3, result.output   # the model was never needed
+    records = _records(result)
+    assert {r["status"] for r in records.values()} == {"failed"}
+    for record in records.values():
+        assert f"not writable ({os.strerror(code)})" in record["error"]
+    assert refused and list(out.iterdir()) == []
+
+
+def test_unwritable_single_file_is_one_line(tmp_path, monkeypatch, tiny_checkpoint):
+    src = make_audio(tmp_path / "a.wav")
+    (tmp_path / "out").mkdir()
+    refuse_writes(monkeypatch, tmp_path / "out", errno.EACCES)
+    result = invoke("enhance", src, tmp_path / "out" / "a.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 1
+    assert "out: not writable (Permission denied)" in one_error_line(result.stderr)
+
+
+# ------------------------------------------------------------------------------ disappearing
+
+def test_output_folder_removed_mid_batch(tmp_path, batch, tiny_checkpoint, monkeypatch):
+    """The whole output tree is deleted while b.wav is being enhanced: b fails in one line
+    (its temporary file went with the folder), c is written into a recreated folder."""
+    out = tmp_path / "out"
+    real, calls = api.enhance_channels, []
+
+    def sabotage(model, audio, rate, strict):
+        calls.append(len(audio))
+        if len(calls) == 2:
+            shutil.rmtree(out)
+        return real(model, audio, rate, strict)
+
+    monkeypatch.setattr(api, "enhance_channels", sabotage)
+    result = invoke("enhance", batch, out, "--model", tiny_checkpoint, "--json")
+    assert result.exit_code == 3, result.output
+    records = _records(result)
+    assert [records[n]["status"] for n in ("a.wav", "b.wav", "c.wav")] == \
+        ["done", "failed", "done"]
+    assert "b.wav: its folder was removed while the file was being written" in \
+        records["b.wav"]["error"]
+    audit_outputs(out, {"c.wav": 480})
+    assert sorted(p.name for p in out.iterdir()) == ["c.wav"]
+
+
+def test_output_folder_removed_mid_file(tmp_path, tiny_checkpoint, monkeypatch):
+    src = make_audio(tmp_path / "a.wav")
+    out = tmp_path / "out"
+    out.mkdir()
+    real = api.enhance_channels
+    monkeypatch.setattr(api, "enhance_channels",
+                        lambda *args: shutil.rmtree(out) or real(*args))
+    result = invoke("enhance", src, out / "a.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 1
+    assert "its folder was removed" in one_error_line(result.stderr)
+    assert not out.exists() and not leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------ disk full
+
+def _failing_writes(monkeypatch, after: int, error: Exception, method: str = "write") -> None:
+    """soundfile's `method` on an output being written (the temporary file) succeeds `after`
+    times, then raises `error` once (a failing close still closes, so nothing fails again at
+    garbage collection)."""
+    real, calls = getattr(sf.SoundFile, method), []
+
+    def fail(self, *args, **kwargs):
+        if self.mode == "w" and str(self.name).endswith(".partial"):
+            calls.append(1)
+            if len(calls) == after + 1:
+                if method == "close":
+                    real(self)
+                raise error
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(sf.SoundFile, method, fail)
+
+
+@pytest.mark.parametrize("after", [0, 1])
+def test_disk_full_during_write_keeps_the_old_output(tmp_path, tiny_checkpoint, monkeypatch,
+                                                     after):
+    """ENOSPC on the first or a later block, with --overwrite: the previous output survives
+    byte for byte, the temporary file is gone, the line names the output and the reason."""
+    src = make_audio(tmp_path / "a.wav", 42_000)   # two 5-s windows: three writes
+    dst = tmp_path / "out.wav"
+    dst.write_bytes(b"the previous output")
+    _failing_writes(monkeypatch, after, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+    result = invoke("enhance", src, dst, "--model", tiny_checkpoint, "--overwrite")
+    assert result.exit_code == 1
+    assert f"{dst}: write failed (No space left on device)" in one_error_line(result.stderr)
+    assert dst.read_bytes() == b"the previous output" and not leftovers(tmp_path)
+
+
+def test_short_write_assertion_is_a_write_failure(tmp_path, tiny_checkpoint, monkeypatch):
+    """soundfile asserts every frame was written; a short write must not escape as a
+    traceback (nor vanish under python -O)."""
+    src = make_audio(tmp_path / "a.wav")
+    _failing_writes(monkeypatch, 0, AssertionError())
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 1 and "out.wav: write failed" in one_error_line(result.stderr)
+    assert not leftovers(tmp_path) and not (tmp_path / "out.wav").exists()
+
+
+def test_failure_when_closing_the_output_is_caught(tmp_path, tiny_checkpoint, monkeypatch):
+    """The encoder's final flush fails (close): no output, one line."""
+    src = make_audio(tmp_path / "a.wav")
+    _failing_writes(monkeypatch, 0, sf.LibsndfileError(2, "flush failed: "), method="close")
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 1 and "out.wav: write failed" in one_error_line(result.stderr)
+    assert not leftovers(tmp_path) and not (tmp_path / "out.wav").exists()
+
+
+_KERNEL_FAULTS = textwrap.dedent("""
+    # Real refusals from the kernel, one CLI run each, in this one process: RLIMIT_FSIZE
+    # (soft) makes write() fail with EFBIG past a size, as a full disk fails with ENOSPC.
+    import contextlib, io, json, os, resource, signal, sys
+    from speechlens_cli.cli import main
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
+    report = []
+    for case in json.loads(sys.argv[1]):
+        if case.get("stdin"):
+            sys.stdin = io.TextIOWrapper(open(case["stdin"], "rb"))
+        err = io.StringIO()
+        resource.setrlimit(resource.RLIMIT_FSIZE, (case.get("limit", hard), hard))
+        try:
+            with contextlib.redirect_stderr(err):
+                main(case["args"], prog_name="speechlens")
+            code = 0
+        except SystemExit as done:
+            code = done.code if isinstance(done.code, int) else 1
+        finally:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (hard, hard))
+        report.append({"code": code, "stderr": err.getvalue()})
+    print(json.dumps(report), file=sys.__stderr__)
+""")
+
+
+def test_kernel_refused_writes(tmp_path, tiny_checkpoint):
+    """Past a file-size limit: a WAV's header, a WAV's data, a FLAC encoder's last block
+    (libsndfile reports success there: the output used to be truncated and exit 0) and stdin's
+    buffer. Each is one line, exit 1, no output file, no temporary file."""
+    src = make_audio(tmp_path / "in.wav", 16_000)
+    out = tmp_path / "out"
+    out.mkdir()
+    model = ["--model", str(tiny_checkpoint)]
+    cases = [
+        {"limit": 0, "args": ["enhance", str(src), str(out / "zero.wav"), *model]},
+        {"limit": 20_000, "args": ["enhance", str(src), str(out / "data.wav"), *model]},
+        {"limit": 20_000, "args": ["enhance", str(src), str(out / "tail.flac"), *model]},
+        {"limit": 1_000, "stdin": str(src), "args": ["enhance", "-", str(out / "s.wav"), *model]},
+    ]
+    expected = ["zero.wav: cannot write WAV/PCM_16 there (File too large)",
+                "data.wav: write failed (File too large)",
+                "tail.flac: the written file does not read back complete",
+                "<stdin>: could not be buffered in"]
+    done = subprocess.run([sys.executable, "-c", _KERNEL_FAULTS, json.dumps(cases)],
+                          capture_output=True, text=True, cwd=REPO, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stderr.strip().splitlines()[-1])
+    for case, outcome, fragment in zip(cases, report, expected, strict=True):
+        assert outcome["code"] == 1, (case, outcome)
+        assert fragment in one_error_line(outcome["stderr"]), (case, outcome)
+    assert list(out.iterdir()) == [] and not leftovers(tmp_path)
+    assert not list(Path(os.environ.get("TMPDIR", "/tmp")).glob("speechlens-stdin.*"))
+
+
+@pytest.mark.parametrize("reader", ["dev-full", "closed-pipe"])
+def test_stdout_that_cannot_take_the_audio(tmp_path, tiny_checkpoint, reader):
+    """`speechlens enhance in.wav - > /dev/full` (ENOSPC) and `... - | true` (EPIPE): one line,
+    exit 1 (never 0: nothing was delivered), and no second failure when Python exits."""
+    src = make_audio(tmp_path / "in.wav", 16_000)
+    args = [sys.executable, "-c", CHILD, "enhance", str(src), "-", "--model", str(tiny_checkpoint)]
+    if reader == "dev-full":
+        with open("/dev/full", "wb") as full:
+            done = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                                  timeout=120, check=False)
+        code, stderr = done.returncode, done.stderr
+    else:
+        process = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                   text=True, cwd=REPO)
+        process.stdout.close()       # the reader is gone before a byte is written
+        stderr = process.stderr.read()
+        code = process.wait(timeout=120)
+    assert code == 1, stderr
+    fragment = ("<stdout>: write failed (No space left on device)" if reader == "dev-full"
+                else "<stdout>: the reader closed the pipe")
+    assert fragment in one_error_line(stderr)
+    assert not leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------ same file
+
+def test_output_that_is_the_input_in_a_batch(tmp_path, tiny_checkpoint):
+    """-o pointing at the input's own folder through a symlink, and a hard link as output:
+    refused per file (exit 3), the input never touched. Folder onto itself: usage error."""
+    src = make_audio(tmp_path / "in" / "a.wav")
+    before = src.read_bytes()
+    (tmp_path / "alias").symlink_to(tmp_path / "in")
+    result = invoke("enhance", src, "-o", tmp_path / "alias", "--model", tiny_checkpoint,
+                    "--overwrite", "--json")
+    assert result.exit_code == 3
+    assert "is the input itself" in _records(result)["a.wav"]["error"]
+    os.link(src, tmp_path / "hard.wav")
+    single = invoke("enhance", src, tmp_path / "hard.wav", "--model", tiny_checkpoint,
+                    "--overwrite")
+    assert single.exit_code == 2 and "is the input itself" in one_error_line(single.stderr)
+    folder = invoke("enhance", tmp_path / "in", tmp_path / "alias", "--model", tiny_checkpoint)
+    assert folder.exit_code == 2 and "is the input folder" in one_error_line(folder.stderr)
+    assert src.read_bytes() == before and not leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------ symlinks
+
+def test_symlinks_never_lead_the_batch_out_of_its_tree(tmp_path, tiny_checkpoint):
+    """in/ holds a real file, a link to it (followed: inside the tree), a link to a file outside,
+    a link loop, a dangling link, a link to the parent folder and one to an outside folder.
+    Only the inside ones are enhanced; the rest are listed as skipped; exit 0."""
+    root = tmp_path / "in"
+    make_audio(root / "a.wav", seed=1)
+    make_audio(tmp_path / "outside" / "secret.wav", seed=2)
+    (root / "sub").mkdir()
+    links = {
+        "sub/inside.wav": Path("../a.wav"),
+        "sub/escape.wav": tmp_path / "outside" / "secret.wav",
+        "loop1.wav": Path("loop2.wav"), "loop2.wav": Path("loop1.wav"),
+        "dangling.wav": tmp_path / "nowhere.wav",
+        "sub/up": Path(".."), "outdir": tmp_path / "outside",
+    }
+    for name, target in links.items():
+        (root / name).symlink_to(target)
+    result = invoke("enhance", root, tmp_path / "out", "--model", tiny_checkpoint, "--json")
+    assert result.exit_code == 0, result.output
+    status = {Path(r["input"]).relative_to(root).as_posix(): (r["status"], r.get("reason", ""))
+              for r in map(json.loads, result.stdout.splitlines())}
+    assert status["a.wav"][0] == status["sub/inside.wav"][0] == "done"
+    assert status["sub/escape.wav"][0] == "skipped" and "outside the input folder" in \
+        status["sub/escape.wav"][1]
+    for name in ("loop1.wav", "loop2.wav", "dangling.wav"):
+        assert status[name] == ("skipped", ("broken symlink (its target is missing or a loop),"
+                                            " not followed"))
+    for name in ("sub/up", "outdir"):
+        assert status[name] == ("skipped", "symlinked folder, not followed")
+    assert sorted(tree_bytes(tmp_path / "out")) == ["a.wav", "sub/inside.wav"]
+    audit_outputs(tmp_path / "out")
+
+
+# ------------------------------------------------------------------------------ two writers
+
+@pytest.mark.parametrize("flags", [[], ["--skip-existing"]], ids=["plain", "skip-existing"])
+def test_two_processes_into_one_output_folder(tmp_path, tiny_checkpoint, flags):
+    """Two speechlens processes, started together on the same 6-file tree and the same output
+    folder. Every file is written by exactly one of them (the other sees it exists, or loses the
+    race at the rename: no-clobber, never a replace), every output equals a one-process run
+    byte for byte, and no temporary file is left."""
+    root = tmp_path / "in"
+    for index in range(6):
+        make_audio(root / f"d{index % 2}" / f"f{index}.wav", 800 + 8 * index, seed=index)
+    reference = tmp_path / "reference"
+    assert invoke("enhance", root, reference, "--model", tiny_checkpoint, "-q").exit_code == 0
+    out = tmp_path / "out"
+    args = [sys.executable, "-c", CHILD, "enhance", str(root), str(out), "--model",
+            str(tiny_checkpoint), "--json", "-q", *flags]
+    processes = [subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True, cwd=REPO) for _ in range(2)]
+    outputs = [p.communicate(timeout=180) for p in processes]
+    done: dict[str, int] = {}
+    for process, (stdout, stderr) in zip(processes, outputs, strict=True):
+        records = [json.loads(line) for line in stdout.splitlines()]
+        assert len(records) == 6, (stdout, stderr)
+        for record in records:
+            name = Path(record["input"]).name
+            if record["status"] == "done":
+                done[name] = done.get(name, 0) + 1
+            elif flags:
+                assert record["status"] == "skipped", record
+            else:
+                assert record["status"] == "failed" and "already exists" in record["error"]
+        failures = sum(r["status"] == "failed" for r in records)
+        assert process.returncode == (3 if failures else 0), stderr
+    assert done == {f"f{index}.wav": 1 for index in range(6)}
+    assert tree_bytes(out) == tree_bytes(reference)
+    assert not leftovers(tmp_path)
