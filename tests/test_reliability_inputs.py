@@ -268,7 +268,7 @@ class _Halver:
 
 #: Generated examples per run (hypothesis `max_examples`, derandomized: the same examples in
 #: every run); docs/reliability.md counts them as inputs tried.
-HEADER_EXAMPLES = 120
+HEADER_EXAMPLES = 100
 LENGTH_EXAMPLES = 20
 
 #: (format tag, bits per sample, numpy dtype of a sample) of the encodings WAV files carry.
