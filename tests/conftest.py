@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-import speechlens_cli  # noqa: F401  (first: loads the fast BLAS before MLX is imported)
-
 from fixtures.audio import write_audio_fixtures
 from fixtures.checkpoints import FULL_CONFIG, TINY_CONFIG, write_checkpoint
 

@@ -12,13 +12,17 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-import speechlens_cli  # noqa: E402,F401  (before MLX: fast BLAS on Linux CPUs)
+import speechlens_cli  # noqa: E402,F401,I001  (before MLX: fast BLAS on Linux CPUs)
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
-
 import reference as ref  # noqa: E402
 from fixtures.audio import noisy_speech  # noqa: E402
-from fixtures.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights, write_checkpoint  # noqa: E402
+from fixtures.checkpoints import (  # noqa: E402
+    FULL_CONFIG,
+    TINY_CONFIG,
+    make_weights,
+    write_checkpoint,
+)
 from speechlens_cli import checkpoint, kernels  # noqa: E402
 
 

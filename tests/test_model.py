@@ -9,8 +9,8 @@ from __future__ import annotations
 import mlx.core as mx
 import numpy as np
 import pytest
-
 import reference as ref
+
 from fixtures.audio import noisy_speech
 from fixtures.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights
 from speechlens_cli import checkpoint, enhance
@@ -85,7 +85,8 @@ def test_phase_path_at_full_strength_through_shared_stft(tiny_model, tiny_weight
     params = tiny_model.config.stft_params(sample_rate)
     magnitude, phase = stft(mx.array(x)[None], params)
     y = np.array(tiny_model.enhance(mx.array(x)[None], sample_rate))[0]
-    spectrum = (np.array(magnitude)[0].T.astype(np.float64), np.array(phase)[0].T.astype(np.float64))
+    spectrum = (np.array(magnitude)[0].T.astype(np.float64),
+                np.array(phase)[0].T.astype(np.float64))
     expected = ref.reference_enhance(tiny_weights, TINY_CONFIG, x.astype(np.float64), sample_rate,
                                      spectrum=spectrum)
     assert rel_rmse(y, expected) <= TINY_BOUND

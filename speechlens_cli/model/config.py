@@ -53,7 +53,7 @@ class ModelConfig:
         return math.ceil(self.hid_feature / 16)
 
     @classmethod
-    def from_dict(cls, cfg: dict) -> "ModelConfig":
+    def from_dict(cls, cfg: dict) -> ModelConfig:
         """Build from config.json ({"model_cfg": ..., "stft_cfg": ...}), rejecting absurd sizes."""
         if not isinstance(cfg, dict) or not isinstance(cfg.get("model_cfg"), dict):
             raise IncompatibleModelError("config.json has no 'model_cfg' object")
@@ -107,7 +107,8 @@ class ModelConfig:
                 )
         if self.compress_factor != "relu_log1p":
             raise IncompatibleModelError(
-                f"config.json compress_factor={self.compress_factor!r}: only 'relu_log1p' is supported"
+                f"config.json compress_factor={self.compress_factor!r}: "
+                "only 'relu_log1p' is supported"
             )
         if self.win_size != self.n_fft:
             raise IncompatibleModelError("config.json win_size must equal n_fft")

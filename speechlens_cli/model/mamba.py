@@ -53,7 +53,7 @@ class BiMamba(nn.Module):
 
 
 class TFMambaBlock(nn.Module):
-    """A bidirectional Mamba along time for every frequency, then along frequency for every frame."""
+    """Bidirectional Mamba along time for every frequency, then along frequency for every frame."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
