@@ -66,7 +66,8 @@ def _now() -> str:
                    "cpu-intel-xeon-2cores or cuda-nvidia-h200).")
 @click.option("--profile", is_flag=True,
               help="Instead of the timing matrix, profile one run component by component "
-                   "(evaluation barriers in the profiler only) at --profile-seconds/--profile-rate.")
+                   "(evaluation barriers in the profiler only) at --profile-seconds/"
+                   "--profile-rate.")
 @click.option("--profile-rate", type=int, default=44100, show_default=True)
 @click.option("--profile-seconds", type=float, default=5.0, show_default=True)
 @click.option("--profile-runs", type=click.IntRange(1), default=None,

@@ -67,12 +67,14 @@ def targets(report: dict) -> list[dict]:
             f"{row['median_s']:.3f} s median" if row else "not run",
             None if row is None else row["median_s"] <= GPU_5S_44K_SECONDS)
         ratio = speed.get(("5s-44.1k-w5", "standard"))
-        add(f">= {GPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on the same GPU (5 s, 44.1 kHz)",
+        add(f">= {GPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on the same GPU "
+            "(5 s, 44.1 kHz)",
             f"{ratio:.2f}x" if ratio else "not run",
             None if ratio is None else ratio >= GPU_PEER_SPEEDUP)
     else:
         for (group, mode), ratio in sorted(speed.items()):
-            add(f">= {CPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on this CPU ({group}, {mode})",
+            add(f">= {CPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on this CPU "
+                f"({group}, {mode})",
                 f"{ratio:.2f}x", ratio >= CPU_PEER_SPEEDUP)
         if not speed:
             add(f">= {CPU_PEER_SPEEDUP:g}x faster than the PyTorch peer on this CPU", "not run",
@@ -92,7 +94,9 @@ def targets(report: dict) -> list[dict]:
             continue
         peak = max(row["mlx_peak_bytes"], row["rss_peak_bytes"])
         add(f"peak memory < 3 GB at 30-s windows, 48 kHz ({row['case']})",
-            f"MLX {row['mlx_peak_bytes'] / GB:.2f} GB, process RSS {row['rss_peak_bytes'] / GB:.2f} GB",
+            f"MLX {row['mlx_peak_bytes'] / GB:.2f} GB, process RSS "
+            f"{row['rss_peak_bytes'] / GB:.2f} GB "
+            "(GB = 10^9 bytes)",
             peak < MEMORY_30S_48K_BYTES)
     if not memory:
         add("peak memory < 3 GB at 30-s windows, 48 kHz", "not run", None)
@@ -110,6 +114,11 @@ def write(report: dict, out_dir: Path, name: str) -> tuple[Path, Path]:
     return json_path, md_path
 
 
+def _min(row: dict) -> str:
+    value = row.get("min_s", min(row["times_s"]) if row.get("times_s") else None)
+    return "-" if value is None else f"{value:.3f}"
+
+
 def _mib(value) -> str:
     return "-" if value is None else f"{value / MIB:,.0f}"
 
@@ -121,6 +130,20 @@ def _kv_table(items: dict) -> list[str]:
     return lines
 
 
+def _notes(report: dict) -> list[str]:
+    """Notes added to a report after the run (e.g. why it is incomplete), shown as written."""
+    notes = report.get("notes") or []
+    return (["", "## Notes", ""] + [f"- {n}" for n in notes]) if notes else []
+
+
+def render(json_path: Path) -> Path:
+    """Rewrite the Markdown of a saved JSON report (after notes were added to it)."""
+    report = json.loads(Path(json_path).read_text(encoding="utf-8"))
+    md_path = Path(json_path).with_suffix(".md")
+    md_path.write_text(markdown(report), encoding="utf-8")
+    return md_path
+
+
 def markdown(report: dict) -> str:
     if report.get("kind") == "profile":
         return profile_markdown(report)
@@ -129,6 +152,7 @@ def markdown(report: dict) -> str:
              f"`speechlens {report['environment'].get('argv', '')}`."), "",
              "## Environment", ""]
     lines += _kv_table(report["environment"])
+    lines += _notes(report)
     settings = report["settings"]
     lines += ["", "## Settings", ""]
     lines += _kv_table({
@@ -149,12 +173,13 @@ def markdown(report: dict) -> str:
     for r in report.get("cases", []):
         if "error" in r:
             lines.append(f"| {r['case']} | {r['seconds']:g} s | {r['rate']} | {r['window_s']:g} s "
-                         f"| {r['mode']} | - | - | - | - | - | - | - | - | FAILED: {r['error']} |")
+                         f"| {r['mode']} | - | - | - | - | - | - | - | - | - | "
+                         f"FAILED: {r['error']} |")
             continue
         lines.append(
             f"| {r['case']} | {r['seconds']:g} s | {r['rate']} | {r['window_s']:g} s | {r['mode']} "
             f"| {r['windows']} | {r['warmup']} + {r['trials']} | {r['median_s']:.3f} | "
-            f"{r['p90_s']:.3f} | {r['rtf_median']:.3f} | {_mib(r['mlx_peak_bytes'])} | "
+            f"{r['p90_s']:.3f} | {_min(r)} | {r['rtf_median']:.3f} | {_mib(r['mlx_peak_bytes'])} | "
             f"{_mib(r['rss_peak_bytes'])} | {r['load_at_start'].split()[0]}-"
             f"{r['load_at_end'].split()[0]} | {r.get('note', '')} |")
     peers = report.get("peer", [])
@@ -163,13 +188,14 @@ def markdown(report: dict) -> str:
         lines.append(f"- {key}: {value}")
     if peers:
         lines += ["", ("| input, window | device | warm-up + trials | peer median s | peer p90 s | "
+                       "peer min s | "
                       "speechlens median s (standard / strict) | speedup (standard / strict) | "
                       "parity rel-RMSE (standard / strict) | peer GPU peak MiB | RSS peak MiB |"),
-                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for p in peers:
             if "error" in p:
-                lines.append(f"| {p['group']} | {p['device']} | - | - | - | - | - | - | - | - | "
-                             f"FAILED: {p['error']}")
+                lines.append(f"| {p['group']} | {p['device']} | - | - | - | - | - | - | - | - "
+                             f"| - | FAILED: {p['error']}")
                 continue
             sl = [_case(report, f"{p['group']}-{m}") for m in ("standard", "strict")]
             medians = " / ".join(f"{r['median_s']:.3f}" if r else "-" for r in sl)
@@ -177,7 +203,8 @@ def markdown(report: dict) -> str:
             parity = " / ".join(f"{p['parity_rel_rmse'][m]:.1e}" if m in p["parity_rel_rmse"]
                                 else "-" for m in ("standard", "strict"))
             lines.append(f"| {p['group']} | {p['device']} | {p['warmup']} + {p['trials']} | "
-                         f"{p['median_s']:.3f} | {p['p90_s']:.3f} | {medians} | {ratios} | "
+                         f"{p['median_s']:.3f} | {p['p90_s']:.3f} | {_min(p)} | {medians} | "
+                         f"{ratios} | "
                          f"{parity} | {_mib(p.get('torch_peak_bytes'))} | "
                          f"{_mib(p['rss_peak_bytes'])} |")
         lines += ["", ("Speedup = peer median / speechlens median. Parity: waveform relative RMSE "
@@ -195,6 +222,7 @@ def profile_markdown(report: dict) -> str:
              f"`speechlens {report['environment'].get('argv', '')}`."), "",
              "## Environment", ""]
     lines += _kv_table(report["environment"])
+    lines += _notes(report)
     lines += ["", "## Method", "",
               (f"{p['seconds']:g} s of synthetic noisy speech at {p['rate']} Hz, one window "
                f"(the whole input), {p['mode']} mode; checkpoint: {report['checkpoint']}. "

@@ -4,8 +4,8 @@ Each trial streams one synthetic file through ``speechlens_cli.pipeline.enhance_
 pipeline `speechlens enhance` uses: windows, cross-fade, a float WAV read and written block by
 block) and is timed with ``time.perf_counter`` from the first read to the last write. Every
 window is evaluated (``mx.eval``) and copied back to NumPy before the next one, so GPU work is
-included. The peer runs the same windows through the same function on the same input, in a process of
-its own (peer_process.py: torch must load its CUDA libraries before MLX does).
+included. The peer runs the same windows through the same function on the same input, in a
+process of its own (peer_process.py: torch must load its CUDA libraries before MLX does).
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
     cfg = model.config
     body: dict = {"model_load_s": load_s,
                   "architecture": {"num_tfmamba": cfg.num_tfmamba, "hid_feature": cfg.hid_feature,
-                                   "d_inner": cfg.d_inner, "d_state": cfg.d_state}, "cases": [], "peer": [], "peer_info": {},
+                                   "d_inner": cfg.d_inner, "d_state": cfg.d_state},
+                  "cases": [], "peer": [], "peer_info": {},
                   "fixtures": {}, "rss_peak_reset": reset_rss_peak()}
     peer_missing = None if importlib.util.find_spec("torch") else (
         "torch is not installed (pip install 'speechlens[bench]')")
@@ -246,7 +247,7 @@ def _run_case(case: matrix.Case, model, src: Path, tmp: Path, options: Options, 
 def _timing_fields(timing: Timing, seconds: float) -> dict:
     return {"warmup": timing.warmup, "trials_planned": timing.trials_planned,
             "trials": len(timing.times_s), "times_s": timing.times_s,
-            "median_s": timing.median_s, "p90_s": timing.p90_s,
+            "median_s": timing.median_s, "p90_s": timing.p90_s, "min_s": min(timing.times_s),
             "rtf_median": timing.median_s / seconds, "rtf_p90": timing.p90_s / seconds,
             "note": timing.note}
 
