@@ -1,8 +1,13 @@
 """Helpers shared by tests/test_reliability_*.py (issue 6: hostile inputs, faults, interruptions).
 
 Every reliability test ends with the same audit: no temporary output anywhere, and every output
-that exists is complete. `audit_outputs` is that check; `files_lost` in docs/reliability.md is the
-number of files it ever found missing or damaged (0: any such file fails the test).
+that exists is complete. `audit_outputs` is that check; "files lost" in docs/reliability.md is the
+number of finished files found missing or damaged (0: any such file fails its test).
+
+The counts in docs/reliability.md are computed, never recorded: `count_cases()` lists every
+reliability test with the number of cases it runs (parameter sets, hypothesis examples, or what
+its `@cases(n)` says for a test that walks a table of its own). `python -m tests.reliability`
+prints them; tests/test_reliability_docs.py checks the document against them. Nothing is written.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import builtins
 import errno as errnos
 import hashlib
+import importlib
 import io
 import os
 import subprocess
@@ -142,3 +148,59 @@ def refuse_writes(monkeypatch, root: Path, errno: int = errnos.EROFS) -> list[st
     for module in (builtins, io):
         wrap(module, "open", lambda mode="r", *a, **k: any(c in mode for c in "wax+"))
     return refused
+
+
+# ------------------------------------------------------------------------------ counting cases
+
+#: Test module -> the headline count its cases add to.
+KINDS = {
+    "test_reliability_inputs": "inputs tried",
+    "test_reliability_checkpoints": "faults injected",
+    "test_reliability_filesystem": "faults injected",
+    "test_reliability_interrupts": "interruptions survived",
+    "test_reliability_determinism": "determinism runs",
+}
+
+
+def cases(count: int) -> Callable:
+    """Declare how many cases a test runs when it walks its own table (default 1)."""
+    def mark(test):
+        test.reliability_cases = count
+        return test
+    return mark
+
+
+def case_count(test) -> int:
+    """Cases one test function runs: hypothesis max_examples (derandomized, no filters: each
+    run draws exactly that many), else @cases(n) times every parametrize list's length."""
+    if getattr(test, "is_hypothesis_test", False):
+        return test._hypothesis_internal_use_settings.max_examples
+    count = getattr(test, "reliability_cases", 1)
+    for mark in getattr(test, "pytestmark", []):
+        if mark.name == "parametrize":
+            count *= len(mark.args[1])
+    return count
+
+
+def count_cases() -> list[tuple[str, str, str, int]]:
+    """(module, test, kind, cases) for every reliability test, in source order."""
+    rows = []
+    for module_name, kind in KINDS.items():
+        module = importlib.import_module(f"tests.{module_name}")
+        for name, test in vars(module).items():
+            if name.startswith("test_") and callable(test):
+                rows.append((module_name, name, kind, case_count(test)))
+    return rows
+
+
+def totals() -> dict[str, int]:
+    sums = dict.fromkeys(KINDS.values(), 0)
+    for _module, _test, kind, count in count_cases():
+        sums[kind] += count
+    return sums
+
+
+if __name__ == "__main__":
+    for module_name, name, kind, count in count_cases():
+        print(f"{module_name}::{name:70} {kind:24} {count}")
+    print(totals())

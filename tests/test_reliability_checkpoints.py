@@ -25,6 +25,7 @@ from speechlens_cli import checkpoint
 from speechlens_cli.errors import CheckpointFormatError
 from tests.reliability import (
     audit_outputs,
+    cases,
     invoke,
     make_audio,
     one_error_line,
@@ -245,6 +246,7 @@ def test_a_read_only_cache_without_the_model_fails_in_one_line(tmp_path, offline
     assert not (tmp_path / "out.wav").exists()
 
 
+@cases(0)   # checks the fault injector itself
 def test_read_only_guard_refuses_writes(tmp_path, read_only):
     """The fault injection itself: writes under the root fail, reads and writes elsewhere pass."""
     root = tmp_path / "ro"

@@ -27,7 +27,7 @@ from speechlens_cli import checkpoint, kernels
 from speechlens_cli.api import enhance_channels
 from speechlens_cli.audio import OutputFormat
 from speechlens_cli.pipeline import Geometry, enhance_stream
-from tests.reliability import RATE, REPO, invoke, make_audio, tree_bytes
+from tests.reliability import RATE, REPO, cases, invoke, make_audio, tree_bytes
 
 #: Largest difference a setting that "changes the result" may make (float32 rounding).
 ROUNDING = 1e-5
@@ -39,13 +39,14 @@ def model(tiny_checkpoint):
     return checkpoint.load_model(tiny_checkpoint)
 
 
+@cases(4)
 def test_the_same_batch_twice_is_byte_identical(tmp_path, tiny_checkpoint):
     """PCM16, PCM24 FLAC, float and stereo through the CLI, twice. Float WAV carries no PEAK
     chunk (libsndfile would stamp the time of writing into it)."""
-    make_audio(tmp_path / "in" / "pcm16.wav", 4000, seed=1)
-    make_audio(tmp_path / "in" / "pcm24.flac", 4001, subtype="PCM_24", fmt="FLAC", seed=2)
-    make_audio(tmp_path / "in" / "float.wav", 4002, subtype="FLOAT", seed=3)
-    make_audio(tmp_path / "in" / "stereo.wav", 4003, channels=2, seed=4)
+    make_audio(tmp_path / "in" / "pcm16.wav", 2000, seed=1)
+    make_audio(tmp_path / "in" / "pcm24.flac", 2001, subtype="PCM_24", fmt="FLAC", seed=2)
+    make_audio(tmp_path / "in" / "float.wav", 2002, subtype="FLOAT", seed=3)
+    make_audio(tmp_path / "in" / "stereo.wav", 2003, channels=2, seed=4)
     for run in ("first", "second"):
         assert invoke("enhance", tmp_path / "in", tmp_path / run, "--model", tiny_checkpoint,
                       "-q").exit_code == 0
@@ -64,6 +65,7 @@ def _samples(data: bytes) -> np.ndarray:
     return sf.read(io.BytesIO(data), dtype="float32")[0]
 
 
+@cases(4)
 def test_window_geometry_and_strict_mode_change_the_result(tmp_path, model):
     """2,000 samples (three windows of 800, or two of 1,000): the base geometry is deterministic,
     and each other geometry or mode gives its own output. Geometry changes which samples the
@@ -113,6 +115,7 @@ SETTINGS = {
 }
 
 
+@cases(len(SETTINGS))
 def test_settings_across_processes(tmp_path, tiny_checkpoint):
     """8,000 samples in 0.5-s windows (3 windows, 2 cross-fades), standard and strict, in five
     fresh processes. Byte-identical: the same settings twice, and one thread instead of all.

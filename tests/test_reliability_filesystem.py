@@ -28,6 +28,7 @@ from tests.reliability import (
     CHILD,
     REPO,
     audit_outputs,
+    cases,
     invoke,
     leftovers,
     make_audio,
@@ -194,6 +195,7 @@ _KERNEL_FAULTS = textwrap.dedent("""
 """)
 
 
+@cases(4)
 def test_kernel_refused_writes(tmp_path, tiny_checkpoint):
     """Past a file-size limit: a WAV's header, a WAV's data, a FLAC encoder's last block
     (libsndfile reports success there: the output used to be truncated and exit 0) and stdin's
@@ -249,6 +251,7 @@ def test_stdout_that_cannot_take_the_audio(tmp_path, tiny_checkpoint, reader):
 
 # ------------------------------------------------------------------------------ same file
 
+@cases(3)
 def test_output_that_is_the_input_in_a_batch(tmp_path, tiny_checkpoint):
     """-o pointing at the input's own folder through a symlink, and a hard link as output:
     refused per file (exit 3), the input never touched. Folder onto itself: usage error."""
@@ -270,6 +273,7 @@ def test_output_that_is_the_input_in_a_batch(tmp_path, tiny_checkpoint):
 
 # ------------------------------------------------------------------------------ symlinks
 
+@cases(6)   # the hostile links; the link inside the tree is followed
 def test_symlinks_never_lead_the_batch_out_of_its_tree(tmp_path, tiny_checkpoint):
     """in/ holds a real file, a link to it (followed: inside the tree), a link to a file outside,
     a link loop, a dangling link, a link to the parent folder and one to an outside folder.

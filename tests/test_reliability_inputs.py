@@ -38,6 +38,7 @@ from tests.reliability import (
     RATE,
     REPO,
     audit_outputs,
+    cases,
     invoke,
     leftovers,
     make_audio,
@@ -207,6 +208,7 @@ def test_folder_named_like_a_file_through_the_api(tmp_path, tiny_checkpoint):
         api.enhance_file(tmp_path / "in.wav", tmp_path / "out.wav", model=tiny_checkpoint)
 
 
+@cases(2)
 def test_a_batch_skips_pipes_and_enhances_the_rest(tmp_path, tiny_checkpoint):
     """A FIFO in a tree would block a reader forever: it is listed as skipped, never opened."""
     make_audio(tmp_path / "in" / "a.wav")
@@ -382,8 +384,8 @@ def test_any_length_gives_the_exact_length_or_too_short(tmp_path, tiny_checkpoin
 #: cross-fade (the Python API's Geometry takes any size; the CLI's minimum is 5 s): the smallest
 #: at which the tiny model keeps its best throughput, and RSS stays flat to the page.
 PIPELINE_SECONDS = 3600
-LONG_MODEL_SECONDS = 60
-SHORT_SECONDS = 10
+LONG_MODEL_SECONDS = 45
+SHORT_SECONDS = 5
 LONG_GEOMETRY = (4000, 200)
 
 _MEASURE = textwrap.dedent("""
@@ -436,9 +438,10 @@ def _stream(ckpt: Path, source: Path, mode: str) -> dict:
 
 
 @pytest.mark.slow
+@cases(2)
 def test_long_input_streams_with_flat_memory(tmp_path, tiny_checkpoint):
-    """Fresh processes stream 10 s and 1 h through the pipeline (stand-in window function), and
-    10 s and 1 min (126 windows) through the tiny model; the long runs' peak RSS stays within 2% + 4 MiB of
+    """Fresh processes stream 5 s and 1 h (7,579 windows) through the pipeline (stand-in window
+    function), and 5 s (11 windows) and 45 s (95 windows) through the tiny model; the long runs' peak RSS stays within 2% + 4 MiB of
     the short ones', and RSS in the last quarter of a long run is no higher than in the first.
     A pipeline that held the file would add 115 MB (an hour of float32 at 8 kHz)."""
     slack = 4 * 2 ** 20

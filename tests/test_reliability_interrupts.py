@@ -1,6 +1,6 @@
 """Reliability, interruptions (issue 6, part 4).
 
-One chain of real processes over a 12-file batch (0.5-s files, tiny model): each run is interrupted (SIGINT and SIGTERM in
+One chain of real processes over a 12-file batch (0.25-s files, tiny model): each run is interrupted (SIGINT and SIGTERM in
 turn) at a seeded random moment after its first temporary file appears, and resumed by the next
 run with --skip-existing; a last run finishes uninterrupted. After every interruption: exit 130,
 no temporary file, each finished output byte-identical to an uninterrupted run's. At the end the
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import soundfile as sf
 
-from tests.reliability import CHILD, REPO, invoke, leftovers, make_audio, tree_bytes
+from tests.reliability import CHILD, REPO, cases, invoke, leftovers, make_audio, tree_bytes
 
 #: Signals delivered to a running batch, in this order (docs/reliability.md counts them).
 SIGNALS = (signal.SIGINT, signal.SIGTERM) * 3
@@ -27,10 +27,10 @@ SEED = 6
 
 
 def _batch(root: Path) -> None:
-    """12 files of 0.5 s at 8 kHz in two folders: mono PCM16, one float, one stereo. (A signal
+    """12 files of 0.25 s at 8 kHz in two folders: mono PCM16, one float, one stereo. (A signal
     between two windows of one file is test_cli's single-file case: a 60-s file.)"""
     for index in range(12):
-        make_audio(root / f"part{index % 2}" / f"take{index:02d}.wav", 4000 + index,
+        make_audio(root / f"part{index % 2}" / f"take{index:02d}.wav", 2000 + index,
                    channels=2 if index == 5 else 1, subtype="FLOAT" if index == 7 else "PCM_16",
                    seed=index)
 
@@ -52,6 +52,7 @@ def _check_finished_outputs(out: Path, reference: dict[str, bytes]) -> int:
     return len(present)
 
 
+@cases(len(SIGNALS))
 def test_interrupted_batch_resumes_to_the_same_result(tmp_path, tiny_checkpoint):
     root, out, reference_dir = tmp_path / "in", tmp_path / "out", tmp_path / "reference"
     _batch(root)
