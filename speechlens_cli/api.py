@@ -107,9 +107,9 @@ def enhance(
     as_channels = array.reshape(frames, -1).astype(np.float32)
     out = enhance_channels(net, as_channels, int(sample_rate), strict)
     if not np.isfinite(out).all():
+        peak = float(np.abs(as_channels).max())
         raise AudioInputError(
-            f"the model output NaN or Inf (the input peaks at {float(np.abs(as_channels).max()):.3g} "
-            "times full scale)"
+            f"the model output NaN or Inf (the input peaks at {peak:.3g} times full scale)"
         )
     return out.reshape(array.shape)
 

@@ -306,7 +306,8 @@ def _publish(temporary: Path, destination: Path, *, overwrite: bool) -> None:
             if error.errno not in _NO_HARD_LINKS:
                 raise
         if destination.exists():
-            raise OutputExistsError(f"{destination}: already exists (use --overwrite to replace it)")
+            raise OutputExistsError(
+                f"{destination}: already exists (use --overwrite to replace it)")
         os.replace(temporary, destination)
     except OSError as error:
         if not destination.parent.is_dir():

@@ -1,4 +1,5 @@
-"""Reliability, damaged checkpoints and caches through `speechlens enhance --model` (issue 6, part 2).
+"""Reliability, damaged checkpoints and caches through `speechlens enhance --model` (issue 6,
+part 2).
 
 tests/test_checkpoint.py proves the checks themselves through `models verify` and the API
 (truncated file, huge header length, wrong dtype and shape, missing/extra keys, NaN weights,
@@ -100,7 +101,8 @@ CHECKPOINT_FAULTS: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
     "truncated-to-half": (_copy_then(_cut(lambda n: n // 2)), "truncated"),
     "truncated-inside-header": (_copy_then(_cut(lambda n: 100)), "header claims"),
     "empty-weights": (_copy_then(_cut(lambda n: 0)), "not a safetensors file (only 0 bytes)"),
-    "header-claims-2^62-bytes": (_copy_then(_header(2**62, b"{}")), "header claims 4611686018427387904"),
+    "header-claims-2^62-bytes": (_copy_then(_header(2**62, b"{}")),
+                                 "header claims 4611686018427387904"),
     "header-claims-99MB": (_copy_then(_header(99 * 2**20, b"{}")), "header claims 103809024"),
     "header-not-json": (_copy_then(_header(16, b"\xff" * 16)), "header is not JSON"),
     "header-nested-100000-deep": (_copy_then(_header(len(_DEEP), _DEEP)), "header JSON is absurd"),

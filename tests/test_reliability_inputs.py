@@ -441,8 +441,9 @@ def _stream(ckpt: Path, source: Path, mode: str) -> dict:
 @cases(2)
 def test_long_input_streams_with_flat_memory(tmp_path, tiny_checkpoint):
     """Fresh processes stream 5 s and 1 h (7,579 windows) through the pipeline (stand-in window
-    function), and 5 s (11 windows) and 45 s (95 windows) through the tiny model; the long runs' peak RSS stays within 2% + 4 MiB of
-    the short ones', and RSS in the last quarter of a long run is no higher than in the first.
+    function), and 5 s (11 windows) and 45 s (95 windows) through the tiny model; the long runs'
+    peak RSS stays within 2% + 4 MiB of the short ones', and RSS in the last quarter of a long
+    run is no higher than in the second.
     A pipeline that held the file would add 115 MB (an hour of float32 at 8 kHz)."""
     slack = 4 * 2 ** 20
     short = _noise_file(tmp_path / "short.wav", SHORT_SECONDS)

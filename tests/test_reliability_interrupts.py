@@ -1,11 +1,12 @@
 """Reliability, interruptions (issue 6, part 4).
 
-One chain of real processes over a 12-file batch (0.25-s files, tiny model): each run is interrupted (SIGINT and SIGTERM in
-turn) at a seeded random moment after its first temporary file appears, and resumed by the next
-run with --skip-existing; a last run finishes uninterrupted. After every interruption: exit 130,
-no temporary file, each finished output byte-identical to an uninterrupted run's. At the end the
-whole tree is byte-identical to that run's. tests/test_cli.py already proves a single file
-interrupted once (both signals) leaves nothing behind.
+One chain of real processes over a 12-file batch (0.25-s files, tiny model): each run is
+interrupted (SIGINT and SIGTERM in turn) at a seeded random moment after its first temporary file
+appears, and resumed by the next run with --skip-existing; a last run finishes uninterrupted.
+After every interruption: exit 130, no temporary file, each finished output byte-identical to an
+uninterrupted run's. At the end the whole tree is byte-identical to that run's.
+tests/test_cli.py already proves a single file interrupted once (both signals) leaves nothing
+behind.
 """
 
 from __future__ import annotations
