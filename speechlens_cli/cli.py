@@ -544,6 +544,11 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
     model, errors, outputs = None, [], set()
 
     def fail(base: dict, error: SpeechlensError) -> None:
+        """Record a failure; an output that appeared meanwhile is a skip under --skip-existing
+        (another process wrote or finished it since the check: its file is kept)."""
+        if isinstance(error, OutputExistsError) and skip_existing:
+            reporter.record({**base, "status": "skipped", "reason": "output exists"})
+            return
         errors.append(error)
         reporter.record({**base, "status": "failed", "error": str(error)})
 
@@ -560,12 +565,6 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
             plan = api.plan_file(job.source, job.destination, overwrite=overwrite,
                                  subtype=subtype, container=job.container, name=job.name,
                                  create_folders=batch)
-        except OutputExistsError as error:
-            if not skip_existing:  # another process wrote it since the check above
-                fail(base, error)
-            else:
-                reporter.record({**base, "status": "skipped", "reason": "output exists"})
-            continue
         except SpeechlensError as error:
             fail(base, error)
             continue
@@ -587,12 +586,6 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
         try:
             result = api.run_plan(plan, model, strict=strict, chunk_seconds=chunk_seconds,
                                   overlap=overlap, progress=reporter.file_progress(plan))
-        except OutputExistsError as error:
-            if not skip_existing:  # another process finished it first: its file is kept
-                fail(base, error)
-            else:
-                reporter.record({**base, "status": "skipped", "reason": "output exists"})
-            continue
         except SpeechlensError as error:
             fail(base, error)
             continue
