@@ -27,6 +27,7 @@ from fixtures.audio import noisy_speech
 from fixtures.checkpoints import TINY_CONFIG, write_checkpoint
 from speechlens_cli import blas, checkpoint, cli, kernels
 from speechlens_cli.cli import main
+from tests.reliability import make_audio
 
 RATE = 8000
 COLOR_CODE = re.compile(r"\x1b\[(3\d|9\d)m")  # a foreground colour, not bold or cursor moves
@@ -34,14 +35,6 @@ COLOR_CODE = re.compile(r"\x1b\[(3\d|9\d)m")  # a foreground colour, not bold or
 
 def invoke(*args, **kwargs):
     return CliRunner().invoke(main, [str(a) for a in args], catch_exceptions=False, **kwargs)
-
-
-def make_audio(path: Path, frames: int = 400, channels: int = 1, subtype: str = "PCM_16",
-               fmt: str = "WAV", rate: int = RATE, seed: int = 0) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    sf.write(str(path), noisy_speech(rate, frames / rate, channels=channels, seed=seed), rate,
-             subtype=subtype, format=fmt)
-    return path
 
 
 def json_lines(text: str) -> list[dict]:
