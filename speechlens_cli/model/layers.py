@@ -15,12 +15,14 @@ def accurate_sum(x: mx.array) -> mx.array:
 
     MLX accumulates long float32 reductions with an error that grows with the element count
     (spec model.md 1.9); summing in short blocks keeps it near the float32 floor on any backend.
+    The rows beyond the last whole block are summed on their own (no padded copy of x).
     """
     while x.shape[1] > _SUM_BLOCK:
-        remainder = x.shape[1] % _SUM_BLOCK
-        if remainder:
-            x = mx.pad(x, [(0, 0), (0, _SUM_BLOCK - remainder), (0, 0)])
-        x = x.reshape(x.shape[0], -1, _SUM_BLOCK, x.shape[2]).sum(axis=2)
+        whole = x.shape[1] - x.shape[1] % _SUM_BLOCK
+        blocks = x[:, :whole].reshape(x.shape[0], -1, _SUM_BLOCK, x.shape[2]).sum(axis=2)
+        if whole < x.shape[1]:
+            blocks = mx.concatenate([blocks, x[:, whole:].sum(axis=1, keepdims=True)], axis=1)
+        x = blocks
     return x.sum(axis=1)
 
 
@@ -60,12 +62,17 @@ class Conv2d(nn.Conv2d):
     full float32 (MLX_ENABLE_TF32=0, speechlens's default), cuDNN picked algorithms whose
     workspace ran an H200 out of memory at 5-s windows (measured); the matmul form ran at the
     same speed. With TF32 on, GPUs keep mx.conv2d.
+
+    `pad_time=False` leaves out the time padding: the caller passes a time tile that already
+    carries its neighbouring rows (DenseBlock).
     """
 
-    def __call__(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array, pad_time: bool = True) -> mx.array:
+        padding = self.padding if pad_time else (0, self.padding[1])
         if mx.default_device() != mx.cpu and _tf32_enabled():
-            return super().__call__(x)
-        return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, self.padding,
+            y = mx.conv2d(x, self.weight, self.stride, padding, self.dilation)
+            return y + self.bias if "bias" in self else y
+        return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, padding,
                                  self.dilation)
 
 
@@ -82,14 +89,20 @@ class InstanceNorm(nn.Module):
         self.bias = mx.zeros((channels,))
         self.eps = eps
 
-    def __call__(self, x: mx.array) -> mx.array:
-        batch, height, width, channels = x.shape
-        count = height * width
-        flat = x.reshape(batch, count, channels)
-        mean = accurate_sum(flat)[:, None, None, :] / count
-        centred = x - mean
-        var = accurate_sum((centred * centred).reshape(batch, count, channels)) / count
-        return centred * mx.rsqrt(var[:, None, None, :] + self.eps) * self.weight + self.bias
+    def __call__(self, x: mx.array | list[mx.array]) -> mx.array | list[mx.array]:
+        """x: [B, T, F, C], or the time tiles of one such plane (normalised as one plane)."""
+        tiles = x if isinstance(x, list) else [x]
+        channels = tiles[0].shape[-1]
+
+        def plane_sum(parts):
+            return sum(accurate_sum(part.reshape(part.shape[0], -1, channels)) for part in parts)
+
+        count = sum(tile.shape[1] * tile.shape[2] for tile in tiles)
+        mean = (plane_sum(tiles) / count)[:, None, None, :]
+        var = plane_sum([(tile - mean) * (tile - mean) for tile in tiles]) / count
+        scale = mx.rsqrt(var[:, None, None, :] + self.eps) * self.weight
+        out = [(tile - mean) * scale + self.bias for tile in tiles]  # no centred copy kept
+        return out if isinstance(x, list) else out[0]
 
 
 class PReLU(nn.Module):
@@ -100,7 +113,7 @@ class PReLU(nn.Module):
         self.weight = mx.full((channels,), 0.25)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.maximum(x, 0.0) + self.weight * mx.minimum(x, 0.0)
+        return mx.where(x >= 0, x, self.weight * x)
 
 
 def conv_norm_act(
@@ -120,8 +133,36 @@ def run_sequence(layers: list[nn.Module], x: mx.array) -> mx.array:
     return x
 
 
+#: A dense layer's time tile is sized so that its conv input and kernel-width taps take about
+#: this many bytes; the full-resolution encoder then never holds the concatenation of all
+#: earlier outputs, or its taps, for the whole window (30 s at 48 kHz: 5.9 GB and 17.8 GB).
+TILE_BYTES = 64 * 2**20
+
+
+def time_tiles(frames: int, bytes_per_frame: int) -> list[tuple[int, int]]:
+    """[start, end) row ranges covering `frames`; the size depends only on the shapes."""
+    size = max(16, TILE_BYTES // max(bytes_per_frame, 1))
+    return [(start, min(start + size, frames)) for start in range(0, frames, size)]
+
+
+def rows_with_halo(x: mx.array, start: int, end: int, halo: int) -> mx.array:
+    """Rows [start - halo, end + halo) of x [B, T, F, C], zeros outside the plane."""
+    frames = x.shape[1]
+    lo, hi = max(start - halo, 0), min(end + halo, frames)
+    rows = x[:, lo:hi]
+    before, after = lo - (start - halo), (end + halo) - hi
+    if before or after:
+        rows = mx.pad(rows, [(0, 0), (before, after), (0, 0), (0, 0)])
+    return rows
+
+
 class DenseBlock(nn.Module):
-    """Four 3x3 CNA layers with time dilation 1, 2, 4, 8; each reads all earlier outputs."""
+    """Four 3x3 CNA layers with time dilation 1, 2, 4, 8; each reads all earlier outputs.
+
+    Each layer runs in time tiles (with `dilation` rows of context on each side) and reads the
+    earlier outputs as separate planes, so memory grows by one plane per layer instead of by
+    the concatenation and its taps; InstanceNorm takes its statistics over all tiles.
+    """
 
     def __init__(self, channels: int, depth: int = 4):
         super().__init__()
@@ -132,11 +173,18 @@ class DenseBlock(nn.Module):
         ]
 
     def __call__(self, x: mx.array) -> mx.array:
-        skip = x
-        for layer in self.dense_block:
-            out = run_sequence(layer, skip)
-            skip = mx.concatenate([out, skip], axis=-1)
-        return out
+        planes = [x]  # the conv input order: newest output first, x last
+        for conv, norm, act in self.dense_block:
+            halo = conv.dilation[0] * (conv.weight.shape[1] // 2)
+            in_channels = sum(plane.shape[-1] for plane in planes)
+            width = x.shape[2]
+            tiles = time_tiles(x.shape[1], 4 * width * in_channels * (1 + conv.weight.shape[2]))
+            z = [conv(mx.concatenate([rows_with_halo(p, s, e, halo) for p in planes], axis=-1),
+                      pad_time=False)
+                 for s, e in tiles]
+            out = [act(tile) for tile in norm(z)]
+            planes.insert(0, out[0] if len(out) == 1 else mx.concatenate(out, axis=1))
+        return planes[0]
 
 
 class SubPixelConv(nn.Module):
