@@ -160,7 +160,7 @@ def test_time_tiled_dense_blocks_match_reference_and_one_tile(tiny_model, tiny_w
     x = mx.array(_signal(sample_rate, sample_rate // 2 + 3))[None]
     whole = np.array(tiny_model.enhance(x, sample_rate))[0]
     frames = 1 + x.shape[1] // tiny_model.config.stft_params(sample_rate).hop
-    monkeypatch.setattr(layers, "TILE_BYTES", 1)
+    monkeypatch.setattr(layers, "TILE_BYTES", {"cpu": 1, "gpu": 1})
     assert len(layers.time_tiles(frames + 2, 4 * 64 * 16)) >= frames // 16  # 16-row tiles
     tiled = np.array(tiny_model.enhance(x, sample_rate))[0]
     expected = ref.reference_enhance(tiny_weights, TINY_CONFIG,

@@ -7,6 +7,7 @@ import mlx.nn as nn
 
 from .codec import DenseEncoder, MagnitudeDecoder, PhaseDecoder
 from .config import ModelConfig
+from .layers import bound_pending
 from .mamba import TFMambaBlock
 from .stft import istft, stft
 
@@ -31,8 +32,10 @@ class SEMamba(nn.Module):
         x = mx.stack([magnitude, phase], axis=-1)
         x = mx.pad(x, [(0, 0), (0, 2), (0, 2), (0, 0)])  # the 2-sample "anti-error" T/F pad
         x = self.dense_encoder(x)
+        previous = None
         for block in self.TSMamba:
-            x = block(x, strict)
+            bound_pending(x, previous)
+            previous, x = x, block(x, strict)
         magnitude = self.mask_decoder(x)[:, :frames, :bins]
         phase = self.phase_decoder(x)[:, :frames, :bins]
         return magnitude, phase
