@@ -169,6 +169,22 @@ def test_time_tiled_dense_blocks_match_reference_and_one_tile(tiny_model, tiny_w
     assert rel_rmse(tiled, whole) <= 5e-6
 
 
+def test_mamba_sequence_groups_match_reference_and_one_group(tiny_model, tiny_weights,
+                                                             monkeypatch):
+    """BiMambas over groups of 16 sequences (GROUP_BYTES=1) agree with the float64 reference
+    within the tiny bound and with one group to float32 rounding (5e-6)."""
+    from speechlens_cli.model import mamba
+
+    x = mx.array(_signal(16000, 8003))[None]
+    whole = np.array(tiny_model.enhance(x, 16000))[0]
+    monkeypatch.setattr(mamba, "GROUP_BYTES", 1)
+    grouped = np.array(tiny_model.enhance(x, 16000))[0]
+    expected = ref.reference_enhance(tiny_weights, TINY_CONFIG,
+                                     np.array(x[0]).astype(np.float64), 16000)
+    assert rel_rmse(grouped, expected) <= TINY_BOUND
+    assert rel_rmse(grouped, whole) <= 5e-6
+
+
 def test_rows_with_halo_pads_zeros_outside_the_plane():
     from speechlens_cli.model.layers import rows_with_halo
 

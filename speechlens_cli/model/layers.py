@@ -168,11 +168,17 @@ def in_turn(arrays):
         yield array
 
 
+def tiles(count: int, bytes_per_item: int, budget: int) -> list[tuple[int, int]]:
+    """[start, end) ranges covering `count` items, at least 16 per range, about `budget`
+    bytes each; they depend only on the arguments, so results are reproducible."""
+    size = max(16, budget // max(bytes_per_item, 1))
+    return [(start, min(start + size, count)) for start in range(0, count, size)]
+
+
 def time_tiles(frames: int, bytes_per_frame: int) -> list[tuple[int, int]]:
-    """[start, end) row ranges covering `frames`; the size depends only on shapes and device."""
-    budget = TILE_BYTES["cpu" if mx.default_device() == mx.cpu else "gpu"]
-    size = max(16, budget // max(bytes_per_frame, 1))
-    return [(start, min(start + size, frames)) for start in range(0, frames, size)]
+    """Time tiles of a dense layer, sized for the default device (TILE_BYTES)."""
+    return tiles(frames, bytes_per_frame,
+                 TILE_BYTES["cpu" if mx.default_device() == mx.cpu else "gpu"])
 
 
 def rows_with_halo(x: mx.array, start: int, end: int, halo: int) -> mx.array:

@@ -7,6 +7,13 @@ import mlx.nn as nn
 
 from .. import kernels
 from .config import ModelConfig
+from .layers import in_turn, tiles
+
+#: A BiMamba takes its sequences in groups whose in_proj output is about this size, so a
+#: pending TF block on a GPU holds two groups, not every intermediate of the window (30 s at
+#: 48 kHz: 1.5 GB per in_proj output, ~13 GB per block). Large enough that 5-s windows run as
+#: one group: smaller groups starve the scan kernel of threads on a GPU.
+GROUP_BYTES = 2**30
 
 
 class Mamba(nn.Module):
@@ -63,8 +70,16 @@ class TFMambaBlock(nn.Module):
     def __call__(self, x: mx.array, strict: bool) -> mx.array:
         batch, frames, bins, channels = x.shape
         along_time = x.transpose(0, 2, 1, 3).reshape(batch * bins, frames, channels)
-        along_time = self.time_mamba(along_time, strict) + along_time
+        along_time = self._residual_in_groups(self.time_mamba, along_time, strict)
         x = along_time.reshape(batch, bins, frames, channels).transpose(0, 2, 1, 3)
         along_freq = x.reshape(batch * frames, bins, channels)
-        along_freq = self.freq_mamba(along_freq, strict) + along_freq
+        along_freq = self._residual_in_groups(self.freq_mamba, along_freq, strict)
         return along_freq.reshape(batch, frames, bins, channels)
+
+    @staticmethod
+    def _residual_in_groups(mamba: BiMamba, seqs: mx.array, strict: bool) -> mx.array:
+        """mamba(seqs) + seqs, over groups of sequences (independent of each other)."""
+        inner = mamba.forward_blocks.in_proj.weight.shape[0]
+        groups = tiles(seqs.shape[0], 4 * seqs.shape[1] * inner, GROUP_BYTES)
+        out = list(in_turn(mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups))
+        return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
