@@ -113,7 +113,7 @@ class PReLU(nn.Module):
         self.weight = mx.full((channels,), 0.25)
 
     def __call__(self, x: mx.array) -> mx.array:
-        return mx.where(x >= 0, x, self.weight * x)
+        return mx.maximum(x, 0.0) + self.weight * mx.minimum(x, 0.0)
 
 
 def conv_norm_act(
