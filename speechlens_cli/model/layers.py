@@ -7,6 +7,8 @@ import os
 import mlx.core as mx
 import mlx.nn as nn
 
+from .. import kernels
+
 _SUM_BLOCK = 64
 
 
@@ -89,9 +91,20 @@ class InstanceNorm(nn.Module):
         self.bias = mx.zeros((channels,))
         self.eps = eps
 
-    def __call__(self, x: mx.array | list[mx.array]) -> mx.array | list[mx.array]:
-        """x: [B, T, F, C], or the time tiles of one such plane (normalised as one plane)."""
+    def __call__(self, x: mx.array | list[mx.array],
+                 act: PReLU | None = None) -> mx.array | list[mx.array]:
+        """x: [B, T, F, C], or the time tiles of one such plane (normalised as one plane);
+        `act`, the PReLU that follows, is applied too (fused into one pass on the CPU)."""
         tiles = x if isinstance(x, list) else [x]
+        out = None
+        if act is not None:
+            out = kernels.instance_norm_prelu(tiles, self.weight, self.bias, self.eps, act.weight)
+        if out is None:
+            out = self._normalise(tiles)
+            out = out if act is None else [act(tile) for tile in out]
+        return out if isinstance(x, list) else out[0]
+
+    def _normalise(self, tiles: list[mx.array]) -> list[mx.array]:
         channels = tiles[0].shape[-1]
 
         def plane_sum(parts):
@@ -101,8 +114,7 @@ class InstanceNorm(nn.Module):
         mean = (plane_sum(tiles) / count)[:, None, None, :]
         var = plane_sum([(tile - mean) * (tile - mean) for tile in tiles]) / count
         scale = mx.rsqrt(var[:, None, None, :] + self.eps) * self.weight
-        out = [(tile - mean) * scale + self.bias for tile in tiles]  # no centred copy kept
-        return out if isinstance(x, list) else out[0]
+        return [(tile - mean) * scale + self.bias for tile in tiles]  # no centred copy kept
 
 
 class PReLU(nn.Module):
@@ -128,8 +140,14 @@ def conv_norm_act(
 
 
 def run_sequence(layers: list[nn.Module], x: mx.array) -> mx.array:
-    for layer in layers:
-        x = layer(x)
+    """Apply `layers` in turn; an InstanceNorm followed by a PReLU runs as one fused step."""
+    i = 0
+    while i < len(layers):
+        layer, following = layers[i], layers[i + 1] if i + 1 < len(layers) else None
+        if isinstance(layer, InstanceNorm) and isinstance(following, PReLU):
+            x, i = layer(x, act=following), i + 2
+        else:
+            x, i = layer(x), i + 1
     return x
 
 
@@ -219,7 +237,7 @@ class DenseBlock(nn.Module):
                 conv(mx.concatenate([rows_with_halo(p, s, e, halo) for p in planes], axis=-1),
                      pad_time=False)
                 for s, e in tiles))
-            out = list(in_turn(act(tile) for tile in norm(z)))
+            out = list(in_turn(norm(z, act=act)))
             planes.insert(0, out[0] if len(out) == 1 else mx.concatenate(out, axis=1))
         return planes[0]
 
