@@ -52,7 +52,8 @@ def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
         )
 
 
-def enhance_channels(model: SEMamba, audio: np.ndarray, sample_rate: int, strict: bool) -> np.ndarray:
+def enhance_channels(model: SEMamba, audio: np.ndarray, sample_rate: int,
+                     strict: bool) -> np.ndarray:
     """[N, C] float32 -> [N, C] float32, every channel through the model on its own.
 
     A channel of digital silence (every sample exactly zero: a muted channel, padding) stays

@@ -169,7 +169,8 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
     try:
         header = json.loads(raw)
     except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointFormatError(f"{path}: not a safetensors file (header is not JSON)") from None
+        raise CheckpointFormatError(
+            f"{path}: not a safetensors file (header is not JSON)") from None
     except (RecursionError, ValueError):  # absurdly nested, or integers of thousands of digits
         raise CheckpointFormatError(f"{path}: not a safetensors file (header JSON is absurd)") \
             from None
@@ -267,7 +268,10 @@ def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
 # --------------------------------------------------------------------------- loading
 
 def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """PyTorch layout -> MLX layout: Conv2d [O,I,kh,kw] -> [O,kh,kw,I]; Conv1d [C,1,K] -> [C,K,1]."""
+    """PyTorch layout -> MLX layout.
+
+    Conv2d [O,I,kh,kw] -> [O,kh,kw,I]; Conv1d [C,1,K] -> [C,K,1].
+    """
     converted = {}
     for name, value in weights.items():
         name = _canonical_name(name)

@@ -22,6 +22,7 @@ import mlx.core as mx
 
 from . import __version__, api, blas, checkpoint, distributed, kernels
 from . import audio as audio_io
+from .bench import bench_command  # `speechlens bench` lives in speechlens_cli/bench/
 from .errors import (
     BatchFailedError,
     ModelNotFoundError,
@@ -403,7 +404,8 @@ class _Reporter:
                           f"full scale ({result['subtype']} cannot hold louder peaks)")
             if not self.batch:
                 self.note(f"enhanced {result['input']} -> {result['output']}: "
-                          f"{result['seconds']:.2f} s of audio in {result['elapsed_seconds']:.2f} s")
+                          f"{result['seconds']:.2f} s of audio in "
+                          f"{result['elapsed_seconds']:.2f} s")
         elif result["status"] == "failed" and self.batch:
             self.note(f"failed: {result['error']}")
         elif result["status"] == "not-audio":
@@ -594,8 +596,6 @@ def _run_jobs(jobs: list[_Job], reporter: _Reporter, *, batch: bool, model_spec:
         reporter.record({**result, **base})
     return errors
 
-
-from .bench import bench_command  # `speechlens bench` lives in speechlens_cli/bench/
 
 main.add_command(bench_command)
 

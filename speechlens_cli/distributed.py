@@ -181,7 +181,7 @@ class Share:
         owner_of_unit = assign([sum(seconds[i] for i in unit) for unit in members],
                                [jobs[unit[0]].name for unit in members], self.size)
         self.owner = [0] * len(jobs)
-        for unit, part in zip(members, owner_of_unit):
+        for unit, part in zip(members, owner_of_unit, strict=True):
             for index in unit:
                 self.owner[index] = part
         if self.in_group:
@@ -198,7 +198,7 @@ class Share:
     def _check_same_input(self, jobs: list, seconds: list[float]) -> None:
         """Every rank must plan the same batch, or files would be lost or done twice."""
         listing = json.dumps([[job.name, str(job.destination), s]
-                              for job, s in zip(jobs, seconds)]).encode()
+                              for job, s in zip(jobs, seconds, strict=True)]).encode()
         mine = {"digest": hashlib.sha256(listing).hexdigest(), "files": len(jobs),
                 "seconds": round(sum(seconds), 3)}
         views = [json.loads(blob) for blob in self.all_gather_bytes(json.dumps(mine).encode(),

@@ -67,7 +67,8 @@ class Geometry:
         return self.chunk - self.overlap
 
     def starts(self, frames: int) -> list[int]:
-        """Window starts: every hop while a window ends before the file does, then one ending at it."""
+        """Window starts: every hop while a window ends before the file does, then one ending
+        at it."""
         starts = list(range(0, max(frames - self.chunk, 0), self.hop))
         starts.append(max(frames - self.chunk, 0))
         return starts

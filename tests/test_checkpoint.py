@@ -90,7 +90,8 @@ def test_verify_rejects_missing_key(tmp_path, tiny_weights):
 def test_verify_rejects_extra_key(tmp_path, tiny_weights):
     weights = dict(tiny_weights) | {"mask_decoder.lsigmoid.beta": np.ones(3, np.float32)}
     _write(tmp_path, weights, TINY_CONFIG)
-    _expect_rejected(tmp_path, IncompatibleModelError, "unexpected tensor mask_decoder.lsigmoid.beta")
+    _expect_rejected(tmp_path, IncompatibleModelError,
+                     "unexpected tensor mask_decoder.lsigmoid.beta")
 
 
 def test_verify_rejects_wrong_shape_naming_both_shapes(tmp_path):
@@ -104,7 +105,8 @@ def test_verify_rejects_wrong_shape_naming_both_shapes(tmp_path):
 
 def test_verify_rejects_wrong_dtype(tmp_path, tiny_weights):
     weights = dict(tiny_weights)
-    weights["mask_decoder.final_conv.bias"] = weights["mask_decoder.final_conv.bias"].astype(np.float16)
+    bias = "mask_decoder.final_conv.bias"
+    weights[bias] = weights[bias].astype(np.float16)
     _write(tmp_path, weights, TINY_CONFIG)
     _expect_rejected(tmp_path, IncompatibleModelError, "is F16, expected F32")
 
@@ -158,7 +160,8 @@ def _fake_hub_cache(cache: Path, source: Path) -> Path:
     return snapshot
 
 
-def test_cached_default_model_is_used_offline_and_checksummed(tmp_path, monkeypatch, tiny_checkpoint):
+def test_cached_default_model_is_used_offline_and_checksummed(tmp_path, monkeypatch,
+                                                              tiny_checkpoint):
     """A cached pinned model resolves without network; a file that is not NVIDIA's fails sha256."""
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")

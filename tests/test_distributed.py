@@ -161,13 +161,15 @@ def test_plan_balances_duration_within_the_largest_file():
         keys = [f"f{i:03d}.wav" for i in range(count)]
         owner = distributed.assign(seconds, keys, parts)
         assert len(owner) == count and all(0 <= part < parts for part in owner)
-        loads = [sum(s for s, o in zip(seconds, owner) if o == part) for part in range(parts)]
+        loads = [sum(s for s, o in zip(seconds, owner, strict=True) if o == part)
+                 for part in range(parts)]
         assert max(loads) - min(loads) <= max(seconds, default=0.0) + 1e-9, (seconds, owner)
         # Every process computes the same plan whatever order it listed the files in.
         order = list(rng.permutation(count))
         shuffled = distributed.assign([seconds[i] for i in order], [keys[i] for i in order],
                                       parts)
-        assert {keys[i]: part for i, part in zip(order, shuffled)} == dict(zip(keys, owner))
+        assert {keys[i]: part for i, part in zip(order, shuffled, strict=True)} == \
+            dict(zip(keys, owner, strict=True))
 
 
 def test_plan_is_largest_first_onto_the_least_loaded_ties_by_path():
@@ -242,7 +244,8 @@ def test_shards_do_every_file_once_as_one_process_would(corpus, reference, tiny_
     assert sorted(done[0] + done[1]) == sorted(audio) and not set(done[0]) & set(done[1])
     seconds = [distributed.file_seconds(Path(name)) for name in audio]
     plan = distributed.assign(seconds, audio, 2)
-    assert done == {part: [n for n, p in zip(audio, plan) if p == part] for part in range(2)}
+    assert done == {part: [n for n, p in zip(audio, plan, strict=True) if p == part]
+                    for part in range(2)}
     assert done[0] and done[1]
     assert outputs(out) == outputs(ref_out)
 

@@ -76,7 +76,8 @@ def test_window_starts(frames, geometry, starts):
 
 
 def test_geometry_from_seconds_and_limits():
-    assert Geometry.from_seconds(DEFAULT_CHUNK_SECONDS, DEFAULT_OVERLAP, 16000) == Geometry(80000, 4000)
+    assert Geometry.from_seconds(DEFAULT_CHUNK_SECONDS, DEFAULT_OVERLAP, 16000) == \
+        Geometry(80000, 4000)
     assert Geometry.from_seconds(5.0, 0.5, 44100) == Geometry(220500, 110250)
     with pytest.raises(UsageError):
         Geometry(800, 401)   # a fade longer than half a window would overlap the next fade
