@@ -7,8 +7,8 @@ Cases tests/test_cli.py already proves (empty file, zero frames, truncated WAV/F
 NaN/Inf samples, 4 kHz, 100 samples) are not repeated; docs/reliability.md lists both.
 
 Property tests (hypothesis, derandomized, bounded) throw generated WAV headers and lengths at the
-same command. The long-input test streams an hour of audio through the pipeline, and as much as
-fits in its time bound through the model too, comparing peak RSS with a short input.
+same command. The long-input test streams an hour of audio through the pipeline and through the
+tiny model, comparing peak RSS with a short input.
 """
 
 from __future__ import annotations
@@ -378,15 +378,16 @@ def test_any_length_gives_the_exact_length_or_too_short(tmp_path, tiny_checkpoin
 
 # ------------------------------------------------------------------------------ a long input
 
-#: The long-input test: the pipeline streams a whole hour; the model runs LONG_MODEL_SECONDS
-#: (the tiny model does ~5-6x real time on an idle 2-core CPU, under 1x on a busy one, so an hour
-#: would take 10 minutes to over an hour; see docs/reliability.md). Windows of 0.5 s with a 5%
-#: cross-fade (the Python API's Geometry takes any size; the CLI's minimum is 5 s): the smallest
-#: at which the tiny model keeps its best throughput, and RSS stays flat to the page.
-PIPELINE_SECONDS = 3600
-LONG_MODEL_SECONDS = 45
+#: The long-input test: an hour at 8 kHz streams through the pipeline (stand-in window function)
+#: and through the tiny model (about 5x real time on an idle 2-core CPU: some 12 minutes), in
+#: windows of 2 s with a 5% cross-fade (the Python API's Geometry takes any size; the CLI's
+#: minimum is 5 s): the tiny model's best throughput with RSS flat to a few MiB (at 8-s
+#: windows RSS wanders by ~90 MiB between a 5-s and a 60-s input, measured).
+LONG_SECONDS = 3600
 SHORT_SECONDS = 5
-LONG_GEOMETRY = (4000, 200)
+LONG_GEOMETRY = (16000, 800)
+#: The subprocess limit of one long run: 4x the idle time of the model hour.
+LONG_TIMEOUT_S = 3000
 
 _MEASURE = textwrap.dedent("""
     import json, os, resource, sys, threading, time
@@ -429,7 +430,8 @@ def _stream(ckpt: Path, source: Path, mode: str) -> dict:
     destination = source.with_name(f"{source.stem}.{mode}.out.wav")
     done = subprocess.run([sys.executable, "-c", _MEASURE, str(ckpt), str(source),
                            str(destination), mode, *map(str, LONG_GEOMETRY)],
-                          capture_output=True, text=True, cwd=REPO, timeout=600, check=False)
+                          capture_output=True, text=True, cwd=REPO, timeout=LONG_TIMEOUT_S,
+                          check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["frames"] == sf.info(str(source)).frames == sf.info(str(destination)).frames
@@ -437,24 +439,35 @@ def _stream(ckpt: Path, source: Path, mode: str) -> dict:
     return report
 
 
+#: Allowed RSS growth of a long run over its short run (share of the short peak, MiB), and
+#: between the second and the last quarter of the long run (MiB). The stand-in pipeline is
+#: flat to the page; with the model, RSS wanders by up to ~20 MiB between windows (MLX's buffer
+#: cache and the allocator: 345-367 MiB within one 10-minute run, measured), so its bound is
+#: looser, yet it still fails a pipeline holding the hour (+115 MB) or a leak of more than
+#: ~17 KB per window (+32 MB over 1,895 windows, half of it between the quarters).
+FLAT = {"pipeline": (0.02, 4), "model": (0.05, 16)}
+
+
 @pytest.mark.slow
 @cases(2)
 def test_long_input_streams_with_flat_memory(tmp_path, tiny_checkpoint):
-    """Fresh processes stream 5 s and 1 h (7,579 windows) through the pipeline (stand-in window
-    function), and 5 s (11 windows) and 45 s (95 windows) through the tiny model; the long runs'
-    peak RSS stays within 2% + 4 MiB of the short ones', and RSS in the last quarter of a long
-    run is no higher than in the second.
-    A pipeline that held the file would add 115 MB (an hour of float32 at 8 kHz)."""
-    slack = 4 * 2 ** 20
+    """Fresh processes stream 5 s (3 windows) and 1 h (1,895 windows of 2 s) through the
+    pipeline with a stand-in window function and through the tiny model; each long run's peak
+    RSS stays within FLAT of its short run's, and RSS in the last quarter of a long run stays
+    within FLAT of the second quarter's."""
     short = _noise_file(tmp_path / "short.wav", SHORT_SECONDS)
-    for mode, seconds in (("pipeline", PIPELINE_SECONDS), ("model", LONG_MODEL_SECONDS)):
-        longer = _noise_file(tmp_path / f"long_{mode}.wav", seconds)
+    longer = _noise_file(tmp_path / "long.wav", LONG_SECONDS)
+    for mode in ("pipeline", "model"):
+        share, slack = FLAT[mode][0], FLAT[mode][1] * 2 ** 20
         small, large = _stream(tiny_checkpoint, short, mode), _stream(tiny_checkpoint, longer,
                                                                       mode)
-        assert large["rss_peak"] <= 1.02 * small["rss_peak"] + slack, (mode, small, large)
+        assert large["windows"] == 1895 and large["frames"] == LONG_SECONDS * RATE
         rss = large["rss"]
         quarter = max(len(rss) // 4, 1)
-        assert max(rss[-quarter:]) <= max(rss[quarter:2 * quarter] or rss) + slack, (mode, rss)
-        longer.unlink()
+        second, last = max(rss[quarter:2 * quarter] or rss), max(rss[-quarter:])
+        report = (mode, small["rss_peak"], large["rss_peak"], second, last, large["seconds"])
+        assert large["rss_peak"] <= (1 + share) * small["rss_peak"] + slack, report
+        assert last <= second + slack, report
+    longer.unlink()
     assert not leftovers(tmp_path)
 

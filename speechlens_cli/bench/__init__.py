@@ -1,6 +1,6 @@
 """`speechlens bench`: end-to-end benchmark, component profile and PyTorch peer (issue 5).
 
-The command is registered on the CLI group by two lines at the end of speechlens_cli/cli.py;
+The command is imported at the top of speechlens_cli/cli.py and added to the CLI group at its end;
 everything else lives in this package and is imported only when the command runs.
 
 - runner.py: windowed end-to-end timings of speechlens (and the peer) per case;
