@@ -10,8 +10,9 @@ wrapped for the duration of the run:
   is recorded, minus the time of the wrapped components nested inside it.
 
 So each component's time is its own work, and a container module's own time is the glue between
-its children (slices, flips, residual adds, concatenations, transposes). The barriers exist only
-here: the model code is untouched (wrapping swaps each module's class for a timed subclass and
+its children (slices, flips, residual adds, concatenations, transposes). The per-component
+barriers exist only here (the model's own bound on pending work, layers.bound_pending, stays as
+it is): the model code is untouched (wrapping swaps each module's class for a timed subclass and
 puts it back afterwards), so the profile follows whatever the model does now, including kernel
 fusions. Barriers cost something (no cross-op scheduling, one synchronisation per component,
 about 2,000 per run), so the sum exceeds the unprofiled end-to-end time; the report shows both and

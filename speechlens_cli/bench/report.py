@@ -243,8 +243,9 @@ def profile_markdown(report: dict) -> str:
                "wrapped (speechlens_cli/bench/profile.py): inputs are evaluated first, then the "
                "component runs and its output is evaluated (`mx.eval`, plus `mx.synchronize` "
                "on a GPU); a component's time excludes the wrapped components inside it, so a "
-               "container's time is its glue. The barriers exist in the profiler only, never "
-               f"in the model code. {p['warmup']} profiled warm-up run(s), then {p['runs']} "
+               "container's time is its glue. These per-component barriers exist in the "
+               "profiler only (the model keeps just its own bound on pending work). "
+               f"{p['warmup']} profiled warm-up run(s), then {p['runs']} "
                "profiled run(s); a component's time is the median over runs of its summed "
                "time in a run."), "",
               (f"- sum of components: {p['sum_of_components_s']:.3f} s; profiled wall time "
