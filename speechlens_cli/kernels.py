@@ -469,21 +469,23 @@ def instance_norm_prelu(tiles: list[mx.array], weight: mx.array, bias: mx.array,
     views = [np.ascontiguousarray(_view(tile)) for tile in tiles]
     batch, _, width, channels = views[0].shape
     count = sum(v.shape[1] for v in views) * width
-    params = [np.ascontiguousarray(_view(a), dtype=np.float32) for a in (weight, bias, slope)]
-    weight_v, bias_v, slope_v = params
+    weight_v, bias_v, slope_v = (np.ascontiguousarray(_view(a), dtype=np.float32)
+                                 for a in (weight, bias, slope))
     outs = [_output_like(v.shape) or (None, np.empty(v.shape, np.float32)) for v in views]
     threads = cpu_threads()
-    for b in range(batch):
+
+    def plane_sums(b: int, center: np.ndarray | None) -> np.ndarray:
+        """Per-channel float64 sums of x (center None) or (x - center)^2 over all tiles."""
         sums = np.zeros(channels, np.float64)
         for v in views:
-            lib.lib.sl_cpu_channel_sums(v[b].ctypes.data, v.shape[1] * width, channels, None,
-                                        sums.ctypes.data, threads)
-        mean = (sums / count).astype(np.float32)
-        squares = np.zeros(channels, np.float64)
-        for v in views:
             lib.lib.sl_cpu_channel_sums(v[b].ctypes.data, v.shape[1] * width, channels,
-                                        mean.ctypes.data, squares.ctypes.data, threads)
-        scale = (1.0 / np.sqrt(squares / count + eps)).astype(np.float32) * weight_v
+                                        None if center is None else center.ctypes.data,
+                                        sums.ctypes.data, threads)
+        return sums
+
+    for b in range(batch):
+        mean = (plane_sums(b, None) / count).astype(np.float32)
+        scale = (1.0 / np.sqrt(plane_sums(b, mean) / count + eps)).astype(np.float32) * weight_v
         for v, (_, ov) in zip(views, outs, strict=True):
             lib.lib.sl_cpu_affine_prelu(v[b].ctypes.data, ov[b].ctypes.data, v.shape[1] * width,
                                         channels, mean.ctypes.data, scale.ctypes.data,

@@ -156,15 +156,19 @@ def render(json_path: Path) -> Path:
     return md_path
 
 
-def markdown(report: dict) -> str:
-    if report.get("kind") == "profile":
-        return profile_markdown(report)
-    lines = [f"# speechlens benchmark: {report['machine']}", "",
+def _header(report: dict, title: str) -> list[str]:
+    """Title, run times and command line, environment table and notes of a report."""
+    lines = [f"# {title}: {report['machine']}", "",
              (f"Run {report['started']} to {report.get('finished', '(unfinished)')}; "
              f"`speechlens {report['environment'].get('argv', '')}`."), "",
              "## Environment", ""]
-    lines += _kv_table(report["environment"])
-    lines += _notes(report)
+    return lines + _kv_table(report["environment"]) + _notes(report)
+
+
+def markdown(report: dict) -> str:
+    if report.get("kind") == "profile":
+        return profile_markdown(report)
+    lines = _header(report, "speechlens benchmark")
     settings = report["settings"]
     lines += ["", "## Settings", ""]
     lines += _kv_table({
@@ -229,12 +233,7 @@ def markdown(report: dict) -> str:
 
 def profile_markdown(report: dict) -> str:
     p = report["profile"]
-    lines = [f"# speechlens component profile: {report['machine']}", "",
-             (f"Run {report['started']} to {report.get('finished', '(unfinished)')}; "
-             f"`speechlens {report['environment'].get('argv', '')}`."), "",
-             "## Environment", ""]
-    lines += _kv_table(report["environment"])
-    lines += _notes(report)
+    lines = _header(report, "speechlens component profile")
     lines += ["", "## Method", "",
               (f"{p['seconds']:g} s of synthetic noisy speech at {p['rate']} Hz, one window "
                f"(the whole input), {p['mode']} mode; checkpoint: "

@@ -193,6 +193,11 @@ def tiles(count: int, bytes_per_item: int, budget: int) -> list[tuple[int, int]]
     return [(start, min(start + size, count)) for start in range(0, count, size)]
 
 
+def joined(parts: list[mx.array], axis: int) -> mx.array:
+    """The parts of a tiled or grouped result as one array (no copy for a single part)."""
+    return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=axis)
+
+
 def time_tiles(frames: int, bytes_per_frame: int) -> list[tuple[int, int]]:
     """Time tiles of a dense layer, sized for the default device (TILE_BYTES)."""
     return tiles(frames, bytes_per_frame,
@@ -232,13 +237,12 @@ class DenseBlock(nn.Module):
             halo = conv.dilation[0] * (conv.weight.shape[1] // 2)
             in_channels = sum(plane.shape[-1] for plane in planes)
             width = x.shape[2]
-            tiles = time_tiles(x.shape[1], 4 * width * in_channels * (1 + conv.weight.shape[2]))
+            spans = time_tiles(x.shape[1], 4 * width * in_channels * (1 + conv.weight.shape[2]))
             z = list(in_turn(
                 conv(mx.concatenate([rows_with_halo(p, s, e, halo) for p in planes], axis=-1),
                      pad_time=False)
-                for s, e in tiles))
-            out = list(in_turn(norm(z, act=act)))
-            planes.insert(0, out[0] if len(out) == 1 else mx.concatenate(out, axis=1))
+                for s, e in spans))
+            planes.insert(0, joined(list(in_turn(norm(z, act=act))), axis=1))
         return planes[0]
 
 

@@ -7,7 +7,7 @@ import mlx.nn as nn
 
 from .. import kernels
 from .config import ModelConfig
-from .layers import in_turn, tiles
+from .layers import in_turn, joined, tiles
 
 #: A BiMamba takes its sequences in groups whose in_proj output is about this size, so a
 #: pending TF block on a GPU holds two groups, not every intermediate of the window (30 s at
@@ -81,5 +81,5 @@ class TFMambaBlock(nn.Module):
         """mamba(seqs) + seqs, over groups of sequences (independent of each other)."""
         inner = mamba.forward_blocks.in_proj.weight.shape[0]
         groups = tiles(seqs.shape[0], 4 * seqs.shape[1] * inner, GROUP_BYTES)
-        out = list(in_turn(mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups))
-        return out[0] if len(out) == 1 else mx.concatenate(out, axis=0)
+        return joined(list(in_turn(mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups)),
+                      axis=0)
