@@ -8,11 +8,13 @@
    C++ compiler works, installation still succeeds and ``speechlens_cli.kernels`` compiles the
    library on first use (or falls back to MLX ops). The library records a hash of its sources,
    so an editable install with edited kernels is rebuilt at run time instead of used stale.
+   Sources, flags and the hash come from ``speechlens_cli/kernels/build.py``, which the run-time
+   compile uses too.
 """
 
 from __future__ import annotations
 
-import hashlib
+import importlib.util
 from pathlib import Path
 
 from setuptools import Extension, find_namespace_packages, setup
@@ -20,18 +22,19 @@ from setuptools.command.build_ext import build_ext
 
 ROOT = Path(__file__).resolve().parent
 KERNELS = ROOT / "kernels"
-# Keep in step with speechlens_cli/kernels.py (CPU_SOURCES, CPU_COMPILE_FLAGS).
-CPU_SOURCES = ("cpu_kernels.cpp", "sl_backend_cpu.h", "sl_mamba.h")
-CPU_COMPILE_FLAGS = ["-O3", "-std=c++17", "-ffp-contract=off", "-fvisibility=hidden",
-                     "-Wno-psabi", "-pthread"]
 
 
-def sources_hash() -> str:
-    digest = hashlib.sha256()
-    for name in CPU_SOURCES:
-        digest.update(name.encode())
-        digest.update((KERNELS / name).read_text(encoding="utf-8").encode())
-    return digest.hexdigest()[:16]
+def _load_build_description():
+    """speechlens_cli/kernels/build.py, by path: the package itself needs MLX, which is not
+    installed yet when setup.py runs."""
+    path = ROOT / "speechlens_cli" / "kernels" / "build.py"
+    spec = importlib.util.spec_from_file_location("_speechlens_kernel_build", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+BUILD = _load_build_description()
 
 
 class BuildCpuKernels(build_ext):
@@ -41,17 +44,17 @@ class BuildCpuKernels(build_ext):
         return []
 
     def build_extension(self, ext):
-        ext.define_macros = [("SL_SOURCE_HASH", f'"{sources_hash()}"')]
+        ext.define_macros = [(BUILD.HASH_MACRO, f'"{BUILD.sources_hash(KERNELS)}"')]
         super().build_extension(ext)
 
 
 cpu_kernels = Extension(
     "speechlens_cli._cpu_kernels",
-    sources=["kernels/cpu_kernels.cpp"],
-    depends=[f"kernels/{name}" for name in CPU_SOURCES],
+    sources=[f"kernels/{BUILD.CPU_ENTRY}"],
+    depends=[f"kernels/{name}" for name in BUILD.CPU_SOURCES],
     include_dirs=["kernels"],
-    extra_compile_args=CPU_COMPILE_FLAGS,
-    extra_link_args=["-pthread"],
+    extra_compile_args=list(BUILD.CPU_COMPILE_FLAGS),
+    extra_link_args=list(BUILD.CPU_LINK_FLAGS),
     language="c++",
     optional=True,
 )
@@ -73,6 +76,8 @@ setup(
     + ["speechlens_cli.kernel_src"],
     package_dir={"speechlens_cli.kernel_src": "kernels"},
     package_data={"speechlens_cli.kernel_src": ["*.h", "*.metal", "*.cu", "*.cpp"]},
+    # the shims that let tests compile the Metal/CUDA bodies as C++ are not needed at run time
+    exclude_package_data={"speechlens_cli.kernel_src": ["*_cpu_shim.h"]},
     ext_modules=[cpu_kernels, blas_shim],
     cmdclass={"build_ext": BuildCpuKernels},
 )

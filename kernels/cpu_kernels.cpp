@@ -1,7 +1,8 @@
 // cpu_kernels.cpp -- speechlens' CPU kernels: the per-thread logic of sl_mamba.h (the same code
 // the Metal and CUDA kernels run) instantiated on SIMD groups of adjacent channels, spread over
 // CPU threads. Built by setup.py as speechlens_cli/_cpu_kernels*.so (or at run time by
-// speechlens_cli/kernels.py) and called through ctypes with a plain C ABI.
+// speechlens_cli/kernels/compiler.py) and called through ctypes with a plain C ABI
+// (speechlens_cli/kernels/cpu_binding.py names every parameter).
 //
 // Compile with: -O2/-O3 -std=c++17 -ffp-contract=off (no -ffast-math).
 //
@@ -20,7 +21,7 @@
 
 #define SL_CPU_ABI_VERSION 2
 #ifndef SL_SOURCE_HASH
-#define SL_SOURCE_HASH "unknown"  // setup.py / kernels.py pass the hash of the sources
+#define SL_SOURCE_HASH "unknown"  // setup.py and the run-time compile pass the hash of the sources
 #endif
 #define SL_NSTATE 16
 #define SL_SCAN_THREAD_ORDER 1  // flags bit: walk (batch, channel group) units as GPU threads do
@@ -404,7 +405,7 @@ extern "C" {
 
 __attribute__((visibility("default"))) int sl_cpu_abi_version() { return SL_CPU_ABI_VERSION; }
 
-// Hash of the kernel sources this library was compiled from (kernels.py compares it).
+// Hash of the kernel sources this library was compiled from (speechlens_cli/kernels/cpu_binding.py compares it).
 __attribute__((visibility("default"))) const char* sl_cpu_source_hash() { return SL_SOURCE_HASH; }
 
 // The ISA that `requested` (-1 = best available, 0 generic, 1 AVX2, 2 AVX-512) resolves to here.

@@ -20,6 +20,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
+from speechlens_cli.kernels import cpu_binding, cpu_ops, dispatch, notices
 
 ATOL_CONV = 1e-5
 RTOL_SCAN = 1e-5
@@ -33,9 +34,9 @@ needs_cpu_library = pytest.mark.skipif(
 def _fresh_warnings(monkeypatch):
     monkeypatch.delenv(kernels.DISABLE_CONV_ENV, raising=False)
     monkeypatch.delenv(kernels.DISABLE_CONV_ENV_ALIAS, raising=False)
-    kernels._reset_warnings()
+    notices.reset_warnings()
     yield
-    kernels._reset_warnings()
+    notices.reset_warnings()
 
 
 def _conv_inputs(rng, batch, length, channels, strided=True):
@@ -120,7 +121,7 @@ def test_conv_env_var_forces_fallback_and_warns_once(monkeypatch, caplog):
     monkeypatch.setenv(kernels.DISABLE_CONV_ENV, "1")
     calls = []
     real = kernels.conv1d_fallback
-    monkeypatch.setattr(kernels, "conv1d_fallback", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(dispatch, "conv1d_fallback", lambda *a: calls.append(1) or real(*a))
     with caplog.at_level(logging.WARNING, logger=kernels.__name__):
         for _ in range(3):
             out = kernels.causal_conv1d(x, weight, bias)
@@ -282,9 +283,9 @@ def test_cpu_isas_and_loop_orders_agree(strict):
     of a partial SIMD group), so there they agree to rounding."""
     lib = kernels.cpu_library()
     args = _scan_inputs(np.random.default_rng(41), 3, 90, 72)  # 72: partial SIMD groups
-    runs = {isa: np.array(kernels._cpu_scan(lib, *args, strict=strict, isa=isa))
+    runs = {isa: np.array(cpu_ops.cpu_scan(lib, *args, strict=strict, isa=isa))
             for isa in (0, 1, 2)}
-    threads = np.array(kernels._cpu_scan(lib, *args, strict=strict, thread_order=True))
+    threads = np.array(cpu_ops.cpu_scan(lib, *args, strict=strict, thread_order=True))
 
     def same(a, b):
         return np.array_equal(a.view(np.uint32), b.view(np.uint32))
@@ -334,10 +335,10 @@ def test_cpu_output_is_written_into_mlx_memory():
 def test_cpu_library_compiles_at_run_time(tmp_path):
     """The path used when pip could not build the library, or the kernel sources changed."""
     dest = kernels.compile_cpu_library(tmp_path / "lib.so", "testhash")
-    lib = kernels._CpuLibrary(dest)
+    lib = cpu_binding.CpuLibrary(dest)
     assert lib.source_hash == "testhash"
     args = _scan_inputs(np.random.default_rng(53), 2, 30, 16)
-    got = np.array(kernels._cpu_scan(lib, *args, strict=False))
+    got = np.array(cpu_ops.cpu_scan(lib, *args, strict=False))
     assert _rel_rms(got, ref.reference_selective_scan(*_np(args))) <= RTOL_SCAN
 
 

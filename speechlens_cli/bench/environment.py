@@ -139,7 +139,7 @@ def environment(peer: dict | None = None) -> dict[str, str]:
         env["cpu kernel build"] = (f"{compiler_version()}; flags "
                                    f"{' '.join(kernels.CPU_COMPILE_FLAGS)}")
     else:
-        group = os.environ.get("SPEECHLENS_GPU_THREADGROUP", kernels.GPU_THREADGROUP)
+        group = os.environ.get(kernels.THREADGROUP_ENV, kernels.GPU_THREADGROUP)
         env["gpu kernels"] = f"mx.fast.{which}_kernel, threadgroup {group}"
     settings = {k: v for k, v in os.environ.items()
                 if k.startswith(("SPEECHLENS_", "OMP_", "OPENBLAS_", "MLX_"))}

@@ -1,0 +1,84 @@
+"""The two Mamba hot spots: causal depthwise conv1d (k=4) and the fixed-16 selective scan.
+
+Every Mamba call runs both (docs/kernels.md). The per-thread logic lives once, in
+``kernels/sl_mamba.h``, and runs on three backends:
+
+* **Metal** (``mx.metal.is_available()``): ``mx.fast.metal_kernel`` with the bodies
+  ``kernels/*.metal``;
+* **CUDA** (``mx.cuda.is_available()``, ``mlx[cuda13]``): ``mx.fast.cuda_kernel`` with the bodies
+  ``kernels/*.cu``;
+* **CPU** (the default device is the CPU, or no GPU backend): the same header compiled into a
+  small C++ library (``kernels/cpu_kernels.cpp``; built by ``pip install`` as
+  ``speechlens_cli/_cpu_kernels*.so``, else compiled on first use into a cache folder), called
+  through ctypes on evaluated arrays. Its output is written into an MLX-allocated array, so
+  nothing is copied back. If no C++ compiler is available either, the scan falls back to MLX
+  ops (slow, bounded memory) and the conv to ``mx.conv1d``, each with one logged warning.
+
+Public functions keep the signatures the model code calls:
+
+* ``causal_conv1d(x [B,L,D], weight [D,4,1], bias [D]) -> [B,L,D]``
+* ``selective_scan(u, delta_raw, A_log, B, C, D, z, strict=False) -> y * SiLU(z)``
+
+The conv validates its inputs and falls back to ``mx.conv1d(groups=D)`` cropped to L (one logged
+warning per reason) on a validation or dispatch failure, or when
+``SPEECHLENS_DISABLE_METAL_CONV1D=1`` (alias ``SPEECHLENS_DISABLE_CONV1D_KERNEL=1``). The scan has
+no fallback on GPU backends: a bad input is an internal error (:class:`KernelInputError`).
+
+Environment: ``SPEECHLENS_CPU_THREADS`` (CPU threads for the CPU kernels; default: all
+usable cores), ``SPEECHLENS_KERNEL_DIR`` (kernel sources), ``SPEECHLENS_CACHE_DIR`` (where a CPU
+library compiled at run time goes; default ``$XDG_CACHE_HOME/speechlens`` or
+``~/.cache/speechlens``).
+
+Modules: ``dispatch`` (the public entry points and which implementation runs), ``gpu`` (Metal
+and CUDA through ``mx.fast``), ``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes),
+``fallback`` (MLX ops), ``contract`` (accepted shapes), ``sources``, ``build`` (the build
+description setup.py shares) and ``compiler`` (building the CPU library at run time).
+"""
+
+from __future__ import annotations
+
+import re
+
+import mlx.core as mx
+
+MIN_MLX_VERSION = (0, 32, 1)
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in re.findall(r"\d+", text)[:3])
+
+
+if _version_tuple(mx.__version__) < MIN_MLX_VERSION:
+    raise ImportError(
+        f"speechlens needs MLX >= {'.'.join(map(str, MIN_MLX_VERSION))} "
+        f"(mx.fast.metal_kernel/cuda_kernel as used here); found {mx.__version__}"
+    )
+
+# The public names, importable as speechlens_cli.kernels.NAME.
+from .build import CPU_COMPILE_FLAGS  # noqa: E402
+from .compiler import compile_cpu_library, find_cxx  # noqa: E402
+from .contract import CONV_WIDTH, D_STATE, KernelInputError  # noqa: E402
+from .cpu_binding import cpu_library, cpu_threads  # noqa: E402
+from .cpu_ops import cpu_exp_poly, instance_norm_prelu  # noqa: E402
+from .dispatch import (  # noqa: E402
+    DISABLE_CONV_ENV,
+    DISABLE_CONV_ENV_ALIAS,
+    backend,
+    causal_conv1d,
+    conv_kernel_disabled,
+    gpu_backend,
+    kernel_info,
+    selective_scan,
+)
+from .fallback import conv1d_fallback, selective_scan_ops  # noqa: E402
+from .gpu import CONV_INPUTS, GPU_THREADGROUP, SCAN_INPUTS, THREADGROUP_ENV  # noqa: E402
+from .sources import kernel_source_dir  # noqa: E402
+
+__all__ = [
+    "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "DISABLE_CONV_ENV",
+    "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError",
+    "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "causal_conv1d",
+    "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp_poly",
+    "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
+    "kernel_info", "kernel_source_dir", "selective_scan", "selective_scan_ops",
+]

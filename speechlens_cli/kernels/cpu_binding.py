@@ -1,0 +1,162 @@
+"""The CPU kernel library (``kernels/cpu_kernels.cpp``) through ctypes: finding or compiling
+it, checking its ABI and source hash, and binding its C entry points by parameter name."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import platform
+import sys
+import threading
+from importlib import machinery
+from pathlib import Path
+
+from .build import CPU_ABI_VERSION
+from .compiler import compile_cpu_library
+from .notices import warn_once
+from .sources import cpu_sources_hash
+
+CPU_THREADS_ENV = "SPEECHLENS_CPU_THREADS"
+CACHE_DIR_ENV = "SPEECHLENS_CACHE_DIR"
+#: sl_cpu_selective_scan's flags bit: walk (batch, channel group) units as GPU threads do.
+SCAN_THREAD_ORDER = 1
+
+_VP, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_I64P = ctypes.POINTER(ctypes.c_int64)
+_ISA_NAMES = {0: "generic (4 lanes)", 1: "AVX2 (8 lanes)", 2: "AVX-512 (16 lanes)"}
+_ISA_LANES = {2: 16, 1: 8}
+
+# The C parameter lists, in order: Python calls the entry points by these names, so a call site
+# says what every argument is. Strides are in elements.
+_CONV_PARAMS = (
+    ("x", _VP), ("x_strides", _I64P), ("weight", _VP), ("weight_strides", _I64P),
+    ("bias", _VP), ("bias_stride", _I64), ("out", _VP), ("out_strides", _I64P),
+    ("batch", _I64), ("length", _I64), ("channels", _I64), ("taps", _I64),
+    ("threads", _INT), ("isa", _INT), ("silu", _INT),
+)
+_SCAN_PARAMS = (
+    ("u", _VP), ("u_strides", _I64P), ("dt", _VP), ("dt_strides", _I64P),
+    ("A_log", _VP), ("A_log_strides", _I64P), ("B", _VP), ("B_strides", _I64P),
+    ("C", _VP), ("C_strides", _I64P), ("D", _VP), ("D_stride", _I64),
+    ("z", _VP), ("z_strides", _I64P), ("out", _VP), ("out_strides", _I64P),
+    ("batch", _I64), ("length", _I64), ("channels", _I64), ("states", _I64),
+    ("strict", _INT), ("threads", _INT), ("isa", _INT), ("flags", _INT),
+    ("dt_weight_t", _VP), ("dt_bias", _VP), ("rank", _I64),
+)
+_EXP_POLY_PARAMS = (("x", _VP), ("y", _VP), ("n", _I64), ("isa", _INT))
+_CHANNEL_SUMS_PARAMS = (("x", _VP), ("rows", _I64), ("channels", _I64), ("center", _VP),
+                        ("sums", _VP), ("threads", _INT))
+_AFFINE_PRELU_PARAMS = (("x", _VP), ("out", _VP), ("rows", _I64), ("channels", _I64),
+                        ("mean", _VP), ("scale", _VP), ("bias", _VP), ("slope", _VP),
+                        ("threads", _INT))
+
+
+class _Entry:
+    """One C entry point, called with keyword arguments only (all of them, no others)."""
+
+    def __init__(self, lib: ctypes.CDLL, name: str, params, restype):
+        self.name = name
+        self.names = tuple(param for param, _ in params)
+        self.function = getattr(lib, name)
+        self.function.argtypes = [kind for _, kind in params]
+        self.function.restype = restype
+
+    def __call__(self, **arguments):
+        if arguments.keys() != set(self.names):
+            missing = sorted(set(self.names) - arguments.keys())
+            extra = sorted(arguments.keys() - set(self.names))
+            raise TypeError(f"{self.name}: missing {missing}, unknown {extra}")
+        return self.function(*(arguments[param] for param in self.names))
+
+
+class CpuLibrary:
+    """A loaded library whose ABI matches this Python code."""
+
+    def __init__(self, path: Path):
+        lib = ctypes.CDLL(str(path))
+        self.path = path
+        if lib.sl_cpu_abi_version() != CPU_ABI_VERSION:
+            raise OSError(f"{path}: ABI {lib.sl_cpu_abi_version()} != {CPU_ABI_VERSION}")
+        lib.sl_cpu_source_hash.restype = ctypes.c_char_p
+        self.source_hash = lib.sl_cpu_source_hash().decode()
+        self.causal_conv1d = _Entry(lib, "sl_cpu_causal_conv1d", _CONV_PARAMS, _INT)
+        self.selective_scan = _Entry(lib, "sl_cpu_selective_scan", _SCAN_PARAMS, _INT)
+        self.exp_poly = _Entry(lib, "sl_cpu_exp_poly", _EXP_POLY_PARAMS, None)
+        self.channel_sums = _Entry(lib, "sl_cpu_channel_sums", _CHANNEL_SUMS_PARAMS, None)
+        self.affine_prelu = _Entry(lib, "sl_cpu_affine_prelu", _AFFINE_PRELU_PARAMS, None)
+        self._isa = _Entry(lib, "sl_cpu_isa", (("requested", _INT),), _INT)
+
+    def isa(self, requested: int = -1) -> int:
+        """The ISA `requested` resolves to here (-1 best, 0 generic, 1 AVX2, 2 AVX-512)."""
+        return self._isa(requested=requested)
+
+    def isa_name(self, requested: int = -1) -> str:
+        return _ISA_NAMES.get(self.isa(requested), "?")
+
+    def lanes(self) -> int:
+        """SIMD width, in channels, of the best ISA here."""
+        return _ISA_LANES.get(self.isa(), 4)
+
+
+def _prebuilt_paths() -> list[Path]:
+    package = Path(__file__).resolve().parents[1]  # where setup.py puts _cpu_kernels*.so
+    return [package / f"_cpu_kernels{suffix}" for suffix in machinery.EXTENSION_SUFFIXES]
+
+
+def _cache_dir() -> Path:
+    root = os.environ.get(CACHE_DIR_ENV)
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "speechlens"
+
+
+_cpu_lib_lock = threading.Lock()
+_cpu_lib_state: dict[str, object] = {}
+
+
+def cpu_library() -> CpuLibrary | None:
+    """The CPU kernel library, loaded once: the one ``pip install`` built if it matches the
+    current sources, else one compiled now into the cache folder, else None."""
+    with _cpu_lib_lock:
+        if "lib" in _cpu_lib_state:
+            return _cpu_lib_state["lib"]  # type: ignore[return-value]
+        lib, errors = None, []
+        try:
+            want = cpu_sources_hash()
+        except OSError as exc:
+            want, errors = None, [str(exc)]
+        for path in _prebuilt_paths():
+            if path.is_file():
+                try:
+                    cand = CpuLibrary(path)
+                    if want is None or cand.source_hash == want:
+                        lib = cand
+                        break
+                    errors.append(f"{path.name} was built from other kernel sources")
+                except OSError as exc:
+                    errors.append(str(exc))
+        if lib is None and want is not None:
+            tag = f"{platform.machine()}-{sys.platform}"
+            dest = _cache_dir() / "cpu-kernels" / f"sl_cpu_{want}_{tag}_abi{CPU_ABI_VERSION}.so"
+            try:
+                if not dest.is_file():
+                    compile_cpu_library(dest, want)
+                lib = CpuLibrary(dest)
+            except OSError as exc:
+                errors.append(str(exc))
+        if lib is None:
+            warn_once("cpu-library", "speechlens CPU kernels unavailable ("
+                      + "; ".join(errors) + "); using slow MLX-op fallbacks")
+        _cpu_lib_state["lib"] = lib
+        return lib
+
+
+def cpu_threads() -> int:
+    env = os.environ.get(CPU_THREADS_ENV)
+    if env:
+        return max(1, int(env))
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS
+        return max(1, os.cpu_count() or 1)

@@ -1,0 +1,147 @@
+"""The kernels on the CPU: MLX arrays in, the CPU library run on their buffers, MLX arrays out.
+
+Each result is written into a buffer MLX allocated, so nothing is copied back.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import mlx.core as mx
+import numpy as np
+
+from .contract import CONV_WIDTH, D_STATE
+from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
+
+
+def _view(a: mx.array) -> np.ndarray:
+    """Zero-copy NumPy view of an evaluated float32 array."""
+    return np.asarray(a)
+
+
+def _strides(v: np.ndarray) -> ctypes.Array:
+    return (ctypes.c_int64 * v.ndim)(*(s // v.itemsize for s in v.strides))
+
+
+def _unit_last(v: np.ndarray) -> np.ndarray:
+    return v if v.strides[-1] == v.itemsize else np.ascontiguousarray(v)
+
+
+def _output_like(shape, *inputs: mx.array) -> tuple[mx.array, np.ndarray] | None:
+    """A fresh MLX array to write the result into (evaluated with the inputs), with a writable
+    NumPy view of its buffer; None if MLX did not give it its own contiguous buffer."""
+    out = mx.zeros(shape, mx.float32)
+    mx.eval(out, *inputs)
+    view = _view(out)
+    if view.flags.c_contiguous and view.flags.writeable:
+        return out, view
+    return None
+
+
+def cpu_conv(lib: CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array:
+    batch, length, channels = x.shape
+    pair = _output_like(x.shape, x, weight, bias)
+    xv, wv, bv = _unit_last(_view(x)), _view(weight), _view(bias)
+    if pair is None:
+        ov = np.empty(x.shape, np.float32)
+    else:
+        out, ov = pair
+    w2 = wv.reshape(channels, CONV_WIDTH)
+    rc = lib.causal_conv1d(
+        x=xv.ctypes.data, x_strides=_strides(xv), weight=w2.ctypes.data,
+        weight_strides=_strides(w2), bias=bv.ctypes.data, bias_stride=bv.strides[0] // 4,
+        out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
+        channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=-1, silu=int(silu))
+    if rc != 0:
+        raise RuntimeError(f"sl_cpu_causal_conv1d returned {rc}")
+    return out if pair is not None else mx.array(ov)
+
+
+def cpu_scan(lib: CpuLibrary, u, delta_raw, A_log, B, C, D, z, strict: bool,
+             isa: int = -1, thread_order: bool = False, dt_proj=None) -> mx.array:
+    batch, length, channels = u.shape
+    extra = () if dt_proj is None else (mx.contiguous(dt_proj[0].T), mx.contiguous(dt_proj[1]))
+    pair = _output_like(u.shape, u, delta_raw, A_log, B, C, D, z, *extra)
+    uv, zv = (_unit_last(_view(a)) for a in (u, z))
+    # the rank-R input of a fused dt projection is read through its strides as it is
+    dv = _view(delta_raw) if extra else _unit_last(_view(delta_raw))
+    wv, biasv = (_view(a) for a in extra) if extra else (None, None)
+    av, bv, cv, sv = _view(A_log), _view(B), _view(C), _view(D)
+    if pair is None:
+        ov = np.empty(u.shape, np.float32)
+    else:
+        out, ov = pair
+    rc = lib.selective_scan(
+        u=uv.ctypes.data, u_strides=_strides(uv), dt=dv.ctypes.data, dt_strides=_strides(dv),
+        A_log=av.ctypes.data, A_log_strides=_strides(av), B=bv.ctypes.data,
+        B_strides=_strides(bv), C=cv.ctypes.data, C_strides=_strides(cv), D=sv.ctypes.data,
+        D_stride=sv.strides[0] // 4, z=zv.ctypes.data, z_strides=_strides(zv),
+        out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
+        channels=channels, states=D_STATE, strict=int(bool(strict)), threads=cpu_threads(),
+        isa=isa, flags=SCAN_THREAD_ORDER if thread_order else 0,
+        dt_weight_t=None if wv is None else wv.ctypes.data,
+        dt_bias=None if biasv is None else biasv.ctypes.data,
+        rank=0 if wv is None else wv.shape[0])
+    if rc != 0:
+        raise RuntimeError(f"sl_cpu_selective_scan returned {rc}")
+    return out if pair is not None else mx.array(ov)
+
+
+def fusable_dt_proj(lib: CpuLibrary, u, delta_raw, dt_proj) -> bool:
+    """The CPU kernel fuses the projection for whole SIMD groups of channels only."""
+    weight, bias = dt_proj
+    channels = u.shape[2]
+    return (delta_raw.ndim == 3 and delta_raw.shape[:2] == u.shape[:2]
+            and weight.shape == (channels, delta_raw.shape[2]) and bias.shape == (channels,)
+            and channels % lib.lanes() == 0
+            and all(a.dtype == mx.float32 for a in (delta_raw, weight, bias)))
+
+
+def instance_norm_prelu(tiles: list[mx.array], weight: mx.array, bias: mx.array, eps: float,
+                        slope: mx.array) -> list[mx.array] | None:
+    """InstanceNorm over the time tiles [B, t, F, C] of one plane, then PReLU, by the CPU
+    library: statistics summed in float64 (two passes: mean, then squared deviations), the
+    affine and PReLU in one pass per tile instead of MLX's separate single-threaded ops.
+    None where the default device is not the CPU or the library is unavailable."""
+    if mx.default_device() != mx.cpu:
+        return None
+    lib = cpu_library()
+    if lib is None:
+        return None
+    mx.eval(tiles, weight, bias, slope)
+    views = [np.ascontiguousarray(_view(tile)) for tile in tiles]
+    batch, _, width, channels = views[0].shape
+    count = sum(v.shape[1] for v in views) * width
+    weight_v, bias_v, slope_v = (np.ascontiguousarray(_view(a), dtype=np.float32)
+                                 for a in (weight, bias, slope))
+    outs = [_output_like(v.shape) or (None, np.empty(v.shape, np.float32)) for v in views]
+    threads = cpu_threads()
+
+    def plane_sums(b: int, center: np.ndarray | None) -> np.ndarray:
+        """Per-channel float64 sums of x (center None) or (x - center)^2 over all tiles."""
+        sums = np.zeros(channels, np.float64)
+        for v in views:
+            lib.channel_sums(x=v[b].ctypes.data, rows=v.shape[1] * width, channels=channels,
+                             center=None if center is None else center.ctypes.data,
+                             sums=sums.ctypes.data, threads=threads)
+        return sums
+
+    for b in range(batch):
+        mean = (plane_sums(b, None) / count).astype(np.float32)
+        scale = (1.0 / np.sqrt(plane_sums(b, mean) / count + eps)).astype(np.float32) * weight_v
+        for v, (_, ov) in zip(views, outs, strict=True):
+            lib.affine_prelu(x=v[b].ctypes.data, out=ov[b].ctypes.data, rows=v.shape[1] * width,
+                             channels=channels, mean=mean.ctypes.data, scale=scale.ctypes.data,
+                             bias=bias_v.ctypes.data, slope=slope_v.ctypes.data, threads=threads)
+    return [out if out is not None else mx.array(ov) for out, ov in outs]
+
+
+def cpu_exp_poly(x: np.ndarray, isa: int = -1) -> np.ndarray:
+    """The strict-mode decay exponential of kernels/sl_mamba.h, run by the CPU library."""
+    lib = cpu_library()
+    if lib is None:
+        raise RuntimeError("the CPU kernel library is unavailable")
+    xv = np.ascontiguousarray(x, dtype=np.float32)
+    out = np.empty_like(xv)
+    lib.exp_poly(x=xv.ctypes.data, y=out.ctypes.data, n=xv.size, isa=isa)
+    return out

@@ -1,0 +1,126 @@
+"""Which implementation runs each kernel call: the backend, the switches and the fallbacks."""
+
+from __future__ import annotations
+
+import os
+
+import mlx.core as mx
+
+from .contract import KernelInputError, validate_conv, validate_scan
+from .cpu_binding import cpu_library, cpu_threads
+from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
+from .fallback import conv1d_fallback, selective_scan_ops
+from .gpu import gpu_conv, gpu_conv_works, gpu_scan
+from .notices import warn_once
+
+DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
+DISABLE_CONV_ENV_ALIAS = "SPEECHLENS_DISABLE_CONV1D_KERNEL"
+
+
+def gpu_backend() -> str | None:
+    """``"metal"`` or ``"cuda"`` when this MLX build has that GPU backend, else None."""
+    if mx.metal.is_available():
+        return "metal"
+    if mx.cuda.is_available():
+        return "cuda"
+    return None
+
+
+def backend() -> str:
+    """``"metal"``, ``"cuda"`` or ``"cpu"``: where the kernels run for the default device."""
+    if mx.default_device().type == mx.DeviceType.cpu:
+        return "cpu"
+    return gpu_backend() or "cpu"
+
+
+def conv_kernel_disabled() -> bool:
+    return any(os.environ.get(k, "").strip() not in ("", "0")
+               for k in (DISABLE_CONV_ENV, DISABLE_CONV_ENV_ALIAS))
+
+
+def causal_conv1d(x: mx.array, weight: mx.array, bias: mx.array, silu: bool = False) -> mx.array:
+    """x [B, L, D], weight [D, 4, 1] (MLX layout), bias [D] -> [B, L, D], zero causal padding.
+
+    ``silu=True`` returns SiLU(conv): fused into the CPU kernel (MLX's CPU sigmoid is scalar and
+    cost more than the conv itself, measured); a separate op on GPU backends, where fusing it
+    into the Metal kernel measured slower than MLX's own sigmoid.
+    """
+    y, fused = _dispatch_conv(x, weight, bias, silu)
+    return y * mx.sigmoid(y) if silu and not fused else y
+
+
+def _dispatch_conv(x, weight, bias, silu: bool) -> tuple[mx.array, bool]:
+    """The conv by the best path available; the flag says whether SiLU was applied too."""
+    if conv_kernel_disabled():
+        warn_once("conv-disabled", f"causal_conv1d: kernel disabled by {DISABLE_CONV_ENV}; "
+                  "using mx.conv1d")
+        return conv1d_fallback(x, weight, bias), False
+    try:
+        validate_conv(x, weight, bias)
+    except KernelInputError as exc:
+        warn_once("conv-validation", f"causal_conv1d: {exc}; using mx.conv1d")
+        return conv1d_fallback(x, weight, bias), False
+    which = backend()
+    try:
+        if which == "cpu":
+            lib = cpu_library()
+            if lib is not None:
+                return cpu_conv(lib, x, weight, bias, silu), silu
+            warn_once("conv-no-cpu-library", "causal_conv1d: no CPU kernel library; "
+                      "using mx.conv1d")
+        elif gpu_conv_works(which, int(x.shape[2])):
+            return gpu_conv(x, weight, bias, which), False
+    except Exception as exc:  # noqa: BLE001 - a dispatch failure means: use the fallback
+        warn_once(f"conv-dispatch-{which}",
+                  f"causal_conv1d: the {which} kernel failed ({exc}); using mx.conv1d")
+    return conv1d_fallback(x, weight, bias), False
+
+
+def selective_scan(
+    u: mx.array,
+    delta_raw: mx.array,
+    A_log: mx.array,
+    B: mx.array,
+    C: mx.array,
+    D: mx.array,
+    z: mx.array,
+    strict: bool = False,
+    dt_proj: tuple[mx.array, mx.array] | None = None,
+) -> mx.array:
+    """y_t = C_t . h_t + D*u_t with h_t = exp(dt*A) h_{t-1} + dt*B_t*u_t, then y * SiLU(z).
+
+    dt = softplus(delta_raw), A = -exp(A_log). u, delta_raw, z [B, L, D]; B, C [B, L, 16];
+    A_log [D, 16]; D [D]; all float32. ``strict`` selects strict mode (docs/kernels.md).
+
+    ``dt_proj=(weight [D, R], bias [D])`` passes delta_raw as the rank-R input [B, L, R] of the
+    dt projection instead: the CPU kernel applies it per step (a K=R GEMM is slow and its
+    [B, L, D] output costs a memory round trip); elsewhere it runs as a matmul first.
+    """
+    which = backend()
+    if dt_proj is not None:
+        lib = cpu_library() if which == "cpu" else None
+        if lib is not None and fusable_dt_proj(lib, u, delta_raw, dt_proj):
+            validate_scan(u, mx.zeros_like(u), A_log, B, C, D, z)
+            return cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict, dt_proj=dt_proj)
+        weight, bias = dt_proj
+        delta_raw = mx.addmm(bias, delta_raw, weight.T)
+    validate_scan(u, delta_raw, A_log, B, C, D, z)
+    if which != "cpu":
+        return gpu_scan(u, delta_raw, A_log, B, C, D, z, strict, which)
+    lib = cpu_library()
+    if lib is not None:
+        return cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict)
+    return selective_scan_ops(u, delta_raw, A_log, B, C, D, z, strict)
+
+
+def kernel_info() -> dict[str, str]:
+    """Where the kernels run here (for benchmarks and bug reports)."""
+    which = backend()
+    info = {"backend": which, "mlx": mx.__version__}
+    if which == "cpu":
+        lib = cpu_library()
+        info["cpu_library"] = str(lib.path) if lib else "unavailable (MLX-op fallbacks)"
+        if lib:
+            info["cpu_isa"] = lib.isa_name()
+            info["cpu_threads"] = str(cpu_threads())
+    return info

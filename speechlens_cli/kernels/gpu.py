@@ -1,0 +1,77 @@
+"""The Metal and CUDA kernels: built once per backend through ``mx.fast``, probed before use."""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import mlx.core as mx
+
+from .contract import CONV_WIDTH, D_STATE
+from .notices import warn_once
+from .sources import source
+
+# mx.fast kernel signatures (the bodies in kernels/*.metal|*.cu use these names).
+CONV_INPUTS = ("x", "weight", "bias")
+SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
+OUTPUTS = ("out",)
+THREADGROUP_ENV = "SPEECHLENS_GPU_THREADGROUP"
+GPU_THREADGROUP = 256  # threads per threadgroup / CUDA block (THREADGROUP_ENV overrides)
+
+
+@functools.cache
+def _gpu_kernel(name: str, which: str):
+    inputs = CONV_INPUTS if name == "causal_conv1d" else SCAN_INPUTS
+    common = source("sl_mamba.h")
+    if which == "metal":
+        return mx.fast.metal_kernel(
+            name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
+            source=source(f"{name}.metal"), header=source("sl_backend_metal.h") + common,
+            ensure_row_contiguous=False)
+    if which == "cuda":
+        return mx.fast.cuda_kernel(
+            name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
+            source=source(f"{name}.cu"), header=source("sl_backend_cuda.h") + common,
+            ensure_row_contiguous=False)
+    raise ValueError(f"no GPU kernels for backend {which!r}")
+
+
+def threadgroup() -> int:
+    return int(os.environ.get(THREADGROUP_ENV, GPU_THREADGROUP))
+
+
+def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str) -> mx.array:
+    batch, _, channels = x.shape
+    kernel = _gpu_kernel("causal_conv1d", which)
+    return kernel(inputs=[x, weight, bias], template=[("DI", int(channels))],
+                  grid=(batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
+                  output_shapes=[tuple(x.shape)], output_dtypes=[mx.float32])[0]
+
+
+def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str) -> mx.array:
+    batch, _, channels = u.shape
+    kernel = _gpu_kernel("selective_scan", which)
+    return kernel(inputs=[u, delta_raw, A_log, B, C, D, z],
+                  template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))],
+                  grid=(batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
+                  output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
+
+
+_conv_probed: dict[tuple[str, int], bool] = {}
+
+
+def gpu_conv_works(which: str, channels: int) -> bool:
+    """Compile and run the conv kernel once per (backend, D) on a tiny input, so a dispatch or
+    compile failure (which MLX reports only at evaluation) turns into the fallback."""
+    key = (which, channels)
+    if key not in _conv_probed:
+        try:
+            x = mx.zeros((1, 2, channels), mx.float32)
+            w = mx.zeros((channels, CONV_WIDTH, 1), mx.float32)
+            mx.eval(gpu_conv(x, w, mx.zeros((channels,), mx.float32), which))
+            _conv_probed[key] = True
+        except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
+            _conv_probed[key] = False
+            warn_once(f"conv-dispatch-{which}",
+                      f"causal_conv1d: the {which} kernel failed ({exc}); using mx.conv1d")
+    return _conv_probed[key]

@@ -1,0 +1,37 @@
+"""Where the kernel sources are, read once each."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from . import build
+
+SOURCE_DIR_ENV = "SPEECHLENS_KERNEL_DIR"
+_PACKAGE = Path(__file__).resolve().parents[1]  # speechlens_cli/
+
+
+def kernel_source_dir() -> Path:
+    """Folder holding the kernel sources: the wheel's ``speechlens_cli/kernel_src`` or the
+    checkout's ``kernels/`` (editable install), unless ``SPEECHLENS_KERNEL_DIR`` is set."""
+    override = os.environ.get(SOURCE_DIR_ENV)
+    candidates = ([Path(override)] if override
+                  else [_PACKAGE / "kernel_src", _PACKAGE.parent / "kernels"])
+    for folder in candidates:
+        if (folder / "sl_mamba.h").is_file():
+            return folder
+    raise FileNotFoundError(
+        "speechlens kernel sources not found (looked in "
+        + ", ".join(str(c) for c in candidates) + "); reinstall speechlens"
+    )
+
+
+@functools.cache
+def source(name: str) -> str:
+    return (kernel_source_dir() / name).read_text(encoding="utf-8")
+
+
+def cpu_sources_hash() -> str:
+    """The hash a CPU library built from the sources found here must carry."""
+    return build.sources_hash(kernel_source_dir())
