@@ -12,7 +12,7 @@ import numpy as np
 
 from . import audio as audio_io
 from . import checkpoint
-from .audio import MAX_CHANNELS, AudioInfo, OutputFormat
+from .audio import AudioInfo, OutputFormat
 from .errors import (
     AudioInputError,
     EnhancementError,
@@ -50,6 +50,14 @@ def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
             (f"{name}: " if name else "") + f"sample rate {sample_rate} Hz is not supported "
             f"(RE-USE runs at {MIN_SAMPLE_RATE}-{MAX_SAMPLE_RATE} Hz)"
         )
+
+
+def check_length(model: SEMamba, frames: int, sample_rate: int, subject: str) -> None:
+    """At least one STFT frame of audio; `subject` names it in the message."""
+    minimum = model.config.stft_params(sample_rate).n_fft
+    if frames < minimum:
+        raise AudioInputError(f"{subject} too short ({frames} samples; one STFT frame needs "
+                              f"{minimum} at {sample_rate} Hz)")
 
 
 def enhance_channels(model: SEMamba, audio: np.ndarray, sample_rate: int,
@@ -91,20 +99,12 @@ def enhance(
     if array.ndim not in (1, 2) or not np.issubdtype(array.dtype, np.number):
         raise UsageError(f"audio must be a 1-D or 2-D numeric array, got shape {array.shape}")
     frames = array.shape[0]
-    if array.ndim == 2 and array.shape[1] == 0:
-        raise AudioInputError("audio has no channels")
-    if array.ndim == 2 and array.shape[1] > MAX_CHANNELS:
-        raise AudioInputError(f"audio has {array.shape[1]} channels; speechlens enhances at most "
-                              f"{MAX_CHANNELS} (a [channels, N] array needs transposing to [N, C])")
-    if not np.isfinite(array).all():
-        raise AudioInputError("audio contains NaN or Inf samples")
+    if array.ndim == 2:
+        audio_io.check_channels(array.shape[1], "audio",
+                                "a [channels, N] array needs transposing to [N, C]")
+    audio_io.check_finite(array, "audio")
     net = get_model(model)
-    minimum = net.config.stft_params(int(sample_rate)).n_fft
-    if frames < minimum:
-        raise AudioInputError(
-            f"audio is too short: {frames} samples, one STFT frame needs {minimum} "
-            f"at {sample_rate} Hz"
-        )
+    check_length(net, frames, int(sample_rate), "audio is")
     as_channels = array.reshape(frames, -1).astype(np.float32)
     out = enhance_channels(net, as_channels, int(sample_rate), strict)
     if not np.isfinite(out).all():
@@ -172,13 +172,8 @@ def run_plan(
     progress: ProgressFn | None = None,
 ) -> dict:
     """Stream one planned file through `model` into a temporary file, then rename it into place."""
-    rate, frames = plan.info.sample_rate, plan.info.frames
-    minimum = model.config.stft_params(rate).n_fft
-    if frames < minimum:
-        raise AudioInputError(
-            f"{plan.name}: too short ({frames} samples; one STFT frame needs {minimum} at "
-            f"{rate} Hz)"
-        )
+    rate = plan.info.sample_rate
+    check_length(model, plan.info.frames, rate, f"{plan.name}:")
     geometry = Geometry.from_seconds(chunk_seconds, overlap, rate)
     started = time.perf_counter()
     plan.destination.parent.mkdir(parents=True, exist_ok=True)

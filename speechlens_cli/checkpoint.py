@@ -81,8 +81,7 @@ def resolve(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
     `None` means $SPEECHLENS_MODEL, else the pinned nvidia/RE-USE. The Hugging Face cache is
     tried first, so a cached model never touches the network.
     """
-    if spec is None or str(spec) == "":
-        spec = os.environ.get(MODEL_ENV) or DEFAULT_REPO
+    spec = model_spec(spec)
     path = Path(spec).expanduser()
     if path.is_dir():
         weights = path / WEIGHTS_FILE
@@ -93,11 +92,23 @@ def resolve(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
     if path.is_file():
         config = path.with_name(CONFIG_FILE)
         return CheckpointFiles(path, config if config.is_file() else None, str(path))
-    text = str(spec)
-    if path.suffix in (".safetensors", ".json") or text.startswith((".", "/", "~")) \
-            or not _REPO_ID.match(text):
-        raise ModelNotFoundError(f"{text}: no such checkpoint file or folder")
-    return _from_hub(text, download=download)
+    if not is_repo_id(spec):
+        raise ModelNotFoundError(f"{spec}: no such checkpoint file or folder")
+    return _from_hub(spec, download=download)
+
+
+def model_spec(spec: str | os.PathLike | None = None) -> str:
+    """The checkpoint asked for: `spec`, else $SPEECHLENS_MODEL, else the pinned nvidia/RE-USE."""
+    if spec is None or str(spec) == "":
+        return os.environ.get(MODEL_ENV) or DEFAULT_REPO
+    return str(spec)
+
+
+def is_repo_id(spec: str) -> bool:
+    """A Hugging Face id ("owner/name") rather than a local path: only those are downloaded."""
+    path = Path(spec).expanduser()
+    return (not path.exists() and path.suffix not in (".safetensors", ".json")
+            and not spec.startswith((".", "/", "~")) and bool(_REPO_ID.match(spec)))
 
 
 def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:

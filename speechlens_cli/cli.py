@@ -44,12 +44,8 @@ BLAS_SLOW_GFLOPS = 10.0
 _BLAS_SIZE = 512
 
 
-def _backend() -> str:
-    return "cuda" if mx.cuda.is_available() else "metal" if mx.metal.is_available() else "cpu"
-
-
 def _versions() -> str:
-    return f"speechlens {__version__} (mlx {mx.__version__}, backend {_backend()})"
+    return f"speechlens {__version__} (mlx {mx.__version__}, backend {kernels.backend()})"
 
 
 class _Group(click.Group):
@@ -92,24 +88,14 @@ def models() -> None:
     """Fetch, list, check and locate RE-USE checkpoints."""
 
 
-def _model_spec(model: str | None) -> str:
-    return model or os.environ.get(checkpoint.MODEL_ENV) or checkpoint.DEFAULT_REPO
-
-
-def _is_repo_id(spec: str) -> bool:
-    """A hub id ("owner/name") rather than a local path: only those are downloaded."""
-    return (not Path(spec).expanduser().exists() and spec.count("/") == 1
-            and not spec.startswith((".", "/", "~")) and not spec.endswith(".safetensors"))
-
-
 @models.command("pull")
 @click.argument("model", required=False)
 @click.option("--accept-license", is_flag=True,
               help="Accept NVIDIA's license without a prompt (scripts, CI).")
 def models_pull(model: str | None, accept_license: bool) -> None:
     """Download a checkpoint (default nvidia/RE-USE at the pinned revision) and verify it."""
-    spec = _model_spec(model)
-    if _is_repo_id(spec):
+    spec = checkpoint.model_spec(model)
+    if checkpoint.is_repo_id(spec):
         try:
             checkpoint.resolve(spec, download=False)
         except ModelNotFoundError:  # first pull: the license comes before any download
@@ -174,7 +160,7 @@ def models_verify(model: str | None) -> None:
 def models_path(model: str | None) -> None:
     """Print where a checkpoint is on disk (never downloads), for --model or scripts."""
     files = checkpoint.resolve(model, download=False)
-    local = Path(_model_spec(model)).expanduser()
+    local = Path(checkpoint.model_spec(model)).expanduser()
     click.echo(local.resolve() if local.exists() else files.weights.parent)
 
 
@@ -244,7 +230,7 @@ def doctor(ctx: click.Context, model: str | None) -> None:
 
     report("platform", f"{platform.platform()} ({platform.machine()}), "
                        f"Python {platform.python_version()}")
-    backend = _backend()
+    backend = kernels.backend()
     report("mlx", f"{mx.__version__}, backend {backend}, default device {mx.default_device()}",
            _backend_fix(backend))
     report("kernels", *_kernel_check())

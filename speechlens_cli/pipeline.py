@@ -1,4 +1,5 @@
-"""Streaming enhancement: read blocks, run fixed-length windows, cross-fade, write as they finish.
+"""Streaming enhancement: read blocks, run fixed-length windows, cross-fade, write as they finish
+(the file reading and writing themselves are in ``speechlens_cli.audio``).
 
 Memory depends on the window length, never on the file length: the input is read a window at a
 time, each window is evaluated before the next is built, and only the cross-fade tail of the
@@ -12,8 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
-import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,8 +21,8 @@ import mlx.core as mx
 import numpy as np
 import soundfile as sf
 
-from .audio import OutputFormat, decode_error, native_stderr_silenced, open_reader
-from .errors import AudioInputError, OutputError, UsageError
+from .audio import OutputFormat, Sink, open_reader, read_block
+from .errors import AudioInputError, UsageError
 
 DEFAULT_CHUNK_SECONDS = 5.0
 CHUNK_SECONDS_RANGE = (5.0, 30.0)
@@ -33,10 +32,6 @@ DEVICES = ("auto", "gpu", "cpu")
 DEFAULT_DEVICE = "auto"
 #: Freed MLX buffers kept for reuse. Windows all have one length, so a small pool is enough.
 CACHE_LIMIT_BYTES = 256 * 1024 * 1024
-#: Frames per read when a finished output is read back to check it.
-_CHECK_BLOCK = 1 << 16
-#: libsndfile's sf_command for "write a PEAK chunk" (sndfile.h).
-_SFC_SET_ADD_PEAK_CHUNK = 0x1050
 
 WindowFn = Callable[[np.ndarray], np.ndarray]
 ProgressFn = Callable[[int], None]
@@ -122,87 +117,10 @@ class _WindowReader:
         self.origin = max(start, self.origin)
         missing = end - (self.origin + len(self.buffer))
         if missing > 0:
-            try:
-                with native_stderr_silenced():  # libmpg123 prints resync notes to fd 2
-                    block = self.handle.read(missing, dtype="float32", always_2d=True)
-            except (sf.LibsndfileError, RuntimeError, OSError) as error:
-                raise decode_error(self.name, error) from None
-            if len(block) < missing:
-                got = self.origin + len(self.buffer) + len(block)
-                raise AudioInputError(
-                    f"{self.name}: truncated (audio ends at frame {got} of {self.frames})"
-                )
-            if not np.isfinite(block).all():
-                raise AudioInputError(f"{self.name}: contains NaN or Inf samples")
+            block = read_block(self.handle, missing, self.name, self.origin + len(self.buffer),
+                               self.frames)
             self.buffer = np.concatenate([self.buffer, block]) if len(self.buffer) else block
         return self.buffer[start - self.origin:end - self.origin]
-
-
-def _write_reason(error: Exception) -> str:
-    """The operating system's reason for a failed write ("No space left on device") where there
-    is one; libsndfile itself only says "System error."."""
-    if isinstance(error, OSError) and error.strerror:
-        return error.strerror
-    text = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-    text = re.sub(r"^Error opening '.*?': ", "", text)  # the temporary name means nothing to users
-    if "System error" in text:
-        code = getattr(getattr(sf, "_ffi", None), "errno", 0)  # errno of libsndfile's last call
-        if code:
-            return os.strerror(code)
-    return text
-
-
-def _open_sink(path, sample_rate: int, channels: int, output: OutputFormat,
-               shown: str) -> sf.SoundFile:
-    try:
-        sink = sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
-                            format=output.format)
-    except (sf.LibsndfileError, RuntimeError, OSError) as error:
-        raise OutputError(
-            f"{shown}: cannot write {output.format}/{output.subtype} there "
-            f"({_write_reason(error)})"
-        ) from None
-    _leave_out_peak_chunk(sink)
-    return sink
-
-
-def _leave_out_peak_chunk(sink: sf.SoundFile) -> None:
-    """libsndfile stamps the wall-clock time into the PEAK chunk of float WAV/AIFF files, so the
-    same input would not give byte-identical output twice; the chunk is optional (peak levels
-    that readers may cache), so it is left out. Called before the first write, as required."""
-    snd, ffi = getattr(sf, "_snd", None), getattr(sf, "_ffi", None)
-    if snd is not None and ffi is not None:
-        with contextlib.suppress(Exception):
-            snd.sf_command(sink._file, _SFC_SET_ADD_PEAK_CHUNK, ffi.NULL, 0)
-
-
-def _check_written(path, frames: int, shown: str) -> None:
-    """Read the closed output back in blocks: every frame must decode.
-
-    Some write failures go unreported (a FLAC encoder's last block lost to a full disk leaves a
-    short file with no length in its header, and libsndfile returns success); such a file must
-    never be renamed into place as a finished output.
-    """
-    got, declared = 0, -1
-    try:
-        with native_stderr_silenced(), sf.SoundFile(str(path)) as check:
-            declared = check.frames
-            width = 2 * check.channels  # decoded as int16: all that is needed is the count
-            while got < frames:
-                block = check.buffer_read(min(_CHECK_BLOCK, frames - got), dtype="int16")
-                if not len(block):
-                    break
-                got += len(block) // width
-    except (sf.LibsndfileError, RuntimeError, OSError):
-        pass
-    if got != frames or declared != frames:
-        if not os.path.exists(path):   # deleted under us: say so, not "disk full"
-            what = "its folder was" if not os.path.isdir(os.path.dirname(path) or ".") else "it was"
-            raise OutputError(f"{shown}: {what} removed while the file was being written")
-        raise OutputError(
-            f"{shown}: the written file does not read back complete ({got} of {frames} frames "
-            "decode): the disk may be full"
-        )
 
 
 def enhance_stream(
@@ -233,25 +151,13 @@ def enhance_stream(
     with open_reader(source, name) as (handle, info), bounded_cache():
         reader = _WindowReader(handle, info.frames, name)
         starts = geometry.starts(info.frames)
-        clamped = written = 0
         tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade region
-        sink = _open_sink(destination, info.sample_rate, info.channels, output, shown)
+        sink = Sink(destination, info.sample_rate, info.channels, output, shown)
 
         def emit(block: np.ndarray) -> None:
-            nonlocal clamped, written
-            if output.is_integer:
-                over = int(np.count_nonzero(np.abs(block) > 1.0))
-                if over:
-                    clamped += over
-                    block = np.clip(block, -1.0, 1.0)
-            try:
-                sink.write(block)
-            except (sf.LibsndfileError, RuntimeError, OSError, AssertionError) as error:
-                # soundfile asserts that every frame was written: a short write is a failure
-                raise OutputError(f"{shown}: write failed ({_write_reason(error)})") from None
-            written += len(block)
+            sink.write(block)
             if progress is not None:
-                progress(written)
+                progress(sink.written)
 
         try:
             for index, start in enumerate(starts):
@@ -266,19 +172,14 @@ def enhance_stream(
                     )
                 if len(tail):
                     fade_in, fade_out = crossfade_weights(len(tail))
-                    head = enhanced[written - start:written - start + len(tail)]
+                    head = enhanced[sink.written - start:sink.written - start + len(tail)]
                     mixed = (tail * fade_out + head * fade_in) / (fade_out + fade_in)
                     emit(mixed.astype(np.float32))
                 final = end if index == len(starts) - 1 else end - geometry.overlap
-                emit(enhanced[written - start:final - start])
+                emit(enhanced[sink.written - start:final - start])
                 tail = enhanced[final - start:]
         except BaseException:
-            with contextlib.suppress(Exception):
-                sink.close()
+            sink.abandon()
             raise
-        try:
-            sink.close()  # flushes the encoder and finishes the header: it can fail too
-        except (sf.LibsndfileError, RuntimeError, OSError) as error:
-            raise OutputError(f"{shown}: write failed ({_write_reason(error)})") from None
-    _check_written(destination, written, shown)
-    return StreamResult(written, len(starts), clamped)
+        sink.finish()
+    return StreamResult(sink.written, len(starts), sink.clamped)

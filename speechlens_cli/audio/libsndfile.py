@@ -1,0 +1,80 @@
+"""What speechlens needs from libsndfile beyond soundfile's reading and writing: quiet native
+output while probing, one-line reasons from its errors, and the two settings soundfile has no
+public call for. Those two reach soundfile's cffi handles, here and nowhere else; a soundfile
+release without them makes the determinism tests (no PEAK chunk in float WAV output) fail
+rather than break silently."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import sys
+from collections.abc import Iterator
+
+import soundfile as sf
+
+#: What soundfile raises for a file libsndfile cannot open, read or write.
+ERRORS = (sf.LibsndfileError, RuntimeError, OSError)
+_OPENING = re.compile(r"^Error opening '.*?': ")
+#: libsndfile's sf_command for "write a PEAK chunk" (sndfile.h).
+_SFC_SET_ADD_PEAK_CHUNK = 0x1050
+
+
+def reason(error: Exception) -> str:
+    """libsndfile's first line, without the "Error opening '<path>': " the caller already names
+    (the path may be a temporary name that means nothing to users)."""
+    lines = str(error).strip().splitlines()
+    text = _OPENING.sub("", lines[0].strip()) if lines else ""
+    return text or type(error).__name__
+
+
+@contextlib.contextmanager
+def native_stderr_silenced() -> Iterator[None]:
+    """Keep C libraries off file descriptor 2 for a moment.
+
+    libsndfile's MPEG decoder (libmpg123) prints notes and warnings straight to fd 2 while it
+    probes bytes that are not MP3 or resyncs a damaged one; our one-line error says what failed.
+    """
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no fd 2, or a closed/replaced sys.stderr
+        yield
+        return
+    try:
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        try:
+            os.dup2(quiet, 2)
+        finally:
+            os.close(quiet)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def _private_api():
+    """soundfile's cffi handles (``_snd``: libsndfile, ``_ffi``), for what soundfile does not
+    wrap; None when a soundfile release no longer has them."""
+    snd, ffi = getattr(sf, "_snd", None), getattr(sf, "_ffi", None)
+    return (snd, ffi) if snd is not None and ffi is not None else None
+
+
+def leave_out_peak_chunk(sink: sf.SoundFile) -> None:
+    """libsndfile stamps the wall-clock time into the PEAK chunk of float WAV/AIFF files, so the
+    same input would not give byte-identical output twice; the chunk is optional (peak levels
+    that readers may cache), so it is left out. Called before the first write, as required."""
+    api = _private_api()
+    if api is not None:
+        snd, ffi = api
+        with contextlib.suppress(Exception):
+            snd.sf_command(sink._file, _SFC_SET_ADD_PEAK_CHUNK, ffi.NULL, 0)
+
+
+def last_system_error() -> str | None:
+    """The operating system's reason for libsndfile's last failed call ("No space left on
+    device"), which libsndfile itself reports only as "System error."."""
+    api = _private_api()
+    code = getattr(api[1], "errno", 0) if api is not None else 0
+    return os.strerror(code) if code else None

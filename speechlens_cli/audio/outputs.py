@@ -1,0 +1,112 @@
+"""Where outputs go: writable folders, never the input itself, and atomic publication."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import secrets
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import OutputError, OutputExistsError
+
+#: link() errors meaning "this file system has no hard links": fall back to check-then-rename.
+_NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV,
+                  errno.ENOSYS}
+
+
+def check_writable(folder: Path) -> None:
+    """Prove `folder` accepts new files by creating and removing one (root ignores permissions)."""
+    if not folder.is_dir():
+        raise OutputError(f"{folder}: output folder does not exist")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise OutputError(f"{folder}: not writable ({error.strerror or error})") from None
+
+
+def nearest_existing(folder: Path) -> Path:
+    """`folder` or its closest existing ancestor: where a folder still to be made would go."""
+    while not folder.exists() and folder.parent != folder:
+        folder = folder.parent
+    return folder
+
+
+def same_file(a: Path, b: Path) -> bool:
+    """True when writing `b` would replace `a` (symlinks, "..", hard links included)."""
+    if a.resolve() == b.resolve():
+        return True
+    with contextlib.suppress(OSError):
+        return os.path.samefile(a, b)
+    return False
+
+
+@contextlib.contextmanager
+def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterator[Path]:
+    """Yield a temporary path beside `destination`; rename it into place only on success.
+
+    The temporary file is removed on any failure, Ctrl-C included.
+    """
+    destination = Path(destination)
+    if destination.exists() and not overwrite:
+        raise OutputExistsError(f"{destination}: already exists (use --overwrite to replace it)")
+    folder = destination.parent
+    if not folder.is_dir():
+        raise OutputError(f"{folder}: output folder does not exist")
+    temporary = None
+    try:
+        # The name is recorded before the file exists, so an interrupt at any point after
+        # creation still finds it to remove.
+        while temporary is None:
+            temporary = folder / f".{destination.name}.{secrets.token_hex(6)}.partial"
+            try:
+                os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+            except FileExistsError:
+                temporary = None
+            except OSError as error:
+                temporary = None
+                raise OutputError(f"{folder}: not writable ({error.strerror or error})") from None
+        yield temporary
+        _publish(temporary, destination, overwrite=overwrite)
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(temporary)
+
+
+def _publish(temporary: Path, destination: Path, *, overwrite: bool) -> None:
+    """Give the finished temporary file its final name.
+
+    Without `overwrite` an existing file is never replaced, not even one another process created
+    while this one was enhancing: a hard link fails when the name is taken (the caller removes
+    the temporary name). File systems without hard links get a check, then a rename.
+    """
+    try:
+        if overwrite:
+            os.replace(temporary, destination)
+            return
+        try:
+            os.link(temporary, destination)
+            return
+        except FileExistsError:
+            raise OutputExistsError(
+                f"{destination}: already exists (created by another process meanwhile; "
+                "use --overwrite to replace it)"
+            ) from None
+        except OSError as error:
+            if error.errno not in _NO_HARD_LINKS:
+                raise
+        if destination.exists():
+            raise OutputExistsError(
+                f"{destination}: already exists (use --overwrite to replace it)")
+        os.replace(temporary, destination)
+    except OSError as error:
+        if not destination.parent.is_dir():
+            raise OutputError(
+                f"{destination}: its folder was removed while the file was being written"
+            ) from None
+        raise OutputError(f"{destination}: could not be written ({error.strerror or error})") \
+            from None

@@ -1,0 +1,104 @@
+"""Writing an output file block by block with soundfile, and proving it complete afterwards."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+
+import numpy as np
+import soundfile as sf
+
+from ..errors import OutputError
+from . import libsndfile
+from .formats import OutputFormat
+from .libsndfile import native_stderr_silenced
+
+#: Frames per read when a finished output is read back to check it.
+_CHECK_BLOCK = 1 << 16
+
+
+def write_reason(error: Exception) -> str:
+    """The operating system's reason for a failed write ("No space left on device") where there
+    is one; libsndfile itself only says "System error."."""
+    if isinstance(error, OSError) and error.strerror:
+        return error.strerror
+    text = libsndfile.reason(error)
+    if "System error" in text:
+        return libsndfile.last_system_error() or text
+    return text
+
+
+class Sink:
+    """An output being written: blocks in order, integer encodings clamped to full scale (the
+    samples clamped are counted), every failure an OutputError naming `shown`."""
+
+    def __init__(self, path: str | Path, sample_rate: int, channels: int, output: OutputFormat,
+                 shown: str):
+        self.path, self.output, self.shown = path, output, shown
+        self.written = self.clamped = 0
+        try:
+            self.file = sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
+                                     format=output.format)
+        except libsndfile.ERRORS as error:
+            raise OutputError(
+                f"{shown}: cannot write {output.format}/{output.subtype} there "
+                f"({write_reason(error)})"
+            ) from None
+        libsndfile.leave_out_peak_chunk(self.file)
+
+    def write(self, block: np.ndarray) -> None:
+        if self.output.is_integer:
+            over = int(np.count_nonzero(np.abs(block) > 1.0))
+            if over:
+                self.clamped += over
+                block = np.clip(block, -1.0, 1.0)
+        try:
+            self.file.write(block)
+        except (*libsndfile.ERRORS, AssertionError) as error:
+            # soundfile asserts that every frame was written: a short write is a failure
+            raise OutputError(f"{self.shown}: write failed ({write_reason(error)})") from None
+        self.written += len(block)
+
+    def abandon(self) -> None:
+        """Close after a failure elsewhere; that failure is the one reported."""
+        with contextlib.suppress(Exception):
+            self.file.close()
+
+    def finish(self) -> None:
+        """Close (flushes the encoder and finishes the header: it can fail too), then read the
+        file back: every frame written must decode."""
+        try:
+            self.file.close()
+        except libsndfile.ERRORS as error:
+            raise OutputError(f"{self.shown}: write failed ({write_reason(error)})") from None
+        check_written(self.path, self.written, self.shown)
+
+
+def check_written(path, frames: int, shown: str) -> None:
+    """Read the closed output back in blocks: every frame must decode.
+
+    Some write failures go unreported (a FLAC encoder's last block lost to a full disk leaves a
+    short file with no length in its header, and libsndfile returns success); such a file must
+    never be renamed into place as a finished output.
+    """
+    got, declared = 0, -1
+    try:
+        with native_stderr_silenced(), sf.SoundFile(str(path)) as check:
+            declared = check.frames
+            width = 2 * check.channels  # decoded as int16: all that is needed is the count
+            while got < frames:
+                block = check.buffer_read(min(_CHECK_BLOCK, frames - got), dtype="int16")
+                if not len(block):
+                    break
+                got += len(block) // width
+    except libsndfile.ERRORS:
+        pass
+    if got != frames or declared != frames:
+        if not os.path.exists(path):   # deleted under us: say so, not "disk full"
+            what = "its folder was" if not os.path.isdir(os.path.dirname(path) or ".") else "it was"
+            raise OutputError(f"{shown}: {what} removed while the file was being written")
+        raise OutputError(
+            f"{shown}: the written file does not read back complete ({got} of {frames} frames "
+            "decode): the disk may be full"
+        )

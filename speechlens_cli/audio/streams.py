@@ -1,0 +1,62 @@
+"""Audio through stdin and stdout: spooled to and from temporary files."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from ..errors import OutputError
+
+_COPY_BLOCK = 1 << 20
+
+
+@contextlib.contextmanager
+def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
+    """Copy a (non-seekable) input stream to a temporary file, so it can be streamed by blocks."""
+    folder = tempfile.gettempdir()
+    try:
+        handle, temporary = tempfile.mkstemp(prefix="speechlens-stdin.", suffix=".wav")
+    except OSError as error:
+        raise OutputError(f"<stdin>: cannot be buffered in {folder} ({error.strerror or error}); "
+                          "set TMPDIR to a writable folder") from None
+    try:
+        try:
+            with os.fdopen(handle, "wb") as sink:
+                shutil.copyfileobj(stream, sink, _COPY_BLOCK)
+        except OSError as error:
+            raise OutputError(f"<stdin>: could not be buffered in {folder} "
+                              f"({error.strerror or error}); set TMPDIR to a folder with room") \
+                from None
+        yield Path(temporary)
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(temporary)
+
+
+def copy_to_stream(path: Path, stream: BinaryIO) -> None:
+    try:
+        with open(path, "rb") as source:
+            shutil.copyfileobj(source, stream, _COPY_BLOCK)
+        stream.flush()
+    except BrokenPipeError:
+        _detach_stdout()
+        raise OutputError("<stdout>: the reader closed the pipe before all the audio was written") \
+            from None
+    except OSError as error:
+        _detach_stdout()
+        raise OutputError(f"<stdout>: write failed ({error.strerror or error})") from None
+
+
+def _detach_stdout() -> None:
+    """Point fd 1 at /dev/null: what is still buffered for stdout goes nowhere, so the
+    interpreter's final flush cannot fail a second time (a traceback, exit code 120)."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        quiet = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(quiet, sys.stdout.fileno())
+        os.close(quiet)
