@@ -32,6 +32,7 @@ from .pipeline import (
     check_settings,
     enhance_stream,
 )
+from .results import FileResult, Status
 
 ModelSpec = SEMamba | str | os.PathLike | None
 
@@ -126,6 +127,12 @@ class FilePlan:
     overwrite: bool
     name: str
 
+    def facts(self) -> dict:
+        """What a report shows about the file before and after enhancing it."""
+        return {"sample_rate": self.info.sample_rate, "channels": self.info.channels,
+                "frames": self.info.frames, "seconds": round(self.info.seconds, 6),
+                "format": self.output.format, "subtype": self.output.subtype}
+
 
 def plan_file(
     source: str | os.PathLike,
@@ -170,7 +177,7 @@ def run_plan(
     chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
     overlap: float = DEFAULT_OVERLAP,
     progress: ProgressFn | None = None,
-) -> dict:
+) -> FileResult:
     """Stream one planned file through `model` into a temporary file, then rename it into place."""
     rate = plan.info.sample_rate
     check_length(model, plan.info.frames, rate, f"{plan.name}:")
@@ -184,13 +191,10 @@ def run_plan(
             geometry, plan.output, name=plan.name, progress=progress,
             output_name=str(plan.destination),
         )
-    return {
-        "input": plan.name, "output": str(plan.destination), "status": "done",
-        "sample_rate": rate, "channels": plan.info.channels, "frames": result.frames,
-        "seconds": round(plan.info.seconds, 6), "format": plan.output.format,
-        "subtype": plan.output.subtype, "windows": result.windows, "clamped": result.clamped,
-        "elapsed_seconds": round(time.perf_counter() - started, 3),
-    }
+    return FileResult(plan.name, str(plan.destination), Status.DONE, {
+        **plan.facts(), "frames": result.frames, "windows": result.windows,
+        "clamped": result.clamped, "elapsed_seconds": round(time.perf_counter() - started, 3),
+    })
 
 
 def enhance_file(
@@ -213,7 +217,7 @@ def enhance_file(
     check_settings(chunk_seconds, overlap)
     plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype)
     return run_plan(plan, get_model(model), strict=strict, chunk_seconds=chunk_seconds,
-                    overlap=overlap, progress=progress)
+                    overlap=overlap, progress=progress).as_dict()
 
 
 def select_device(name: str = DEFAULT_DEVICE) -> str:

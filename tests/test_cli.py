@@ -481,7 +481,7 @@ def _doctor_lines(result) -> dict[str, str]:
 
 def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypatch):
     """BLAS speed is pinned (fast, then slow) so the count of problems is predictable."""
-    monkeypatch.setattr(cli, "_matmul_gflops", lambda: 1000.0)
+    monkeypatch.setattr(cli.doctor, "_matmul_gflops", lambda: 1000.0)
     healthy = invoke("doctor", "--model", tiny_checkpoint)
     lines = _doctor_lines(healthy)
     assert {"platform", "mlx", "kernels", "cache", "model"} <= set(lines)
@@ -492,7 +492,7 @@ def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypa
     assert healthy.exit_code == (1 if baseline else 0)
     blas_checked = "blas" in lines
 
-    monkeypatch.setattr(cli, "_matmul_gflops", lambda: 1.0)
+    monkeypatch.setattr(cli.doctor, "_matmul_gflops", lambda: 1.0)
     monkeypatch.setattr(blas, "loaded", None)
     monkeypatch.setattr(blas, "status", "no optimized BLAS found")
     monkeypatch.setattr(kernels, "kernel_info", lambda: {
@@ -516,7 +516,7 @@ def test_doctor_measures_blas(tiny_checkpoint):
     assert gflops > 0
     assert blas.status in result.stdout
     assert ("fix:" in result.stdout.split("blas:", 1)[1].split("cache:", 1)[0]) == \
-        (gflops < cli.BLAS_SLOW_GFLOPS)
+        (gflops < cli.doctor.BLAS_SLOW_GFLOPS)
 
 
 def test_version_names_mlx_and_backend():
@@ -530,7 +530,7 @@ def test_defaults_are_shared_with_the_api():
 
     from speechlens_cli import api, pipeline
 
-    params = {p.name: p.default for p in cli.enhance.params}
+    params = {p.name: p.default for p in cli.enhance.enhance.params}
     signature = inspect.signature(api.enhance_file).parameters
     assert params["chunk_seconds"] == signature["chunk_seconds"].default == \
         pipeline.DEFAULT_CHUNK_SECONDS

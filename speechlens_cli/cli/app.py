@@ -1,0 +1,47 @@
+"""The `speechlens` group: every typed error becomes one line on stderr and its exit code here,
+and only here."""
+
+from __future__ import annotations
+
+import click
+import mlx.core as mx
+
+from .. import __version__, kernels
+from ..errors import SpeechlensError
+
+
+def _versions() -> str:
+    return f"speechlens {__version__} (mlx {mx.__version__}, backend {kernels.backend()})"
+
+
+class _Group(click.Group):
+    """Maps SpeechlensError and bad command lines to one line and an exit code; Ctrl-C to 130."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except SpeechlensError as error:
+            click.echo(f"error: {error}", err=True)
+            ctx.exit(error.exit_code)
+        except click.UsageError as error:
+            if isinstance(error, click.exceptions.NoArgsIsHelpError):
+                raise
+            where = error.ctx.command_path if error.ctx else "speechlens"
+            click.echo(f"error: {error.format_message()} (see '{where} --help')", err=True)
+            ctx.exit(2)
+        except KeyboardInterrupt:
+            click.echo("interrupted (no partial output left behind)", err=True)
+            ctx.exit(130)
+
+
+def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(_versions())
+        ctx.exit()
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True,
+              callback=_show_version, help="Show speechlens, MLX and backend versions.")
+def main() -> None:
+    """Clean up recorded speech with NVIDIA's RE-USE model on MLX."""

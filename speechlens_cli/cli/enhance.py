@@ -1,0 +1,129 @@
+"""`speechlens enhance`: files or folders in, enhanced files out."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+
+import click
+
+from .. import api, checkpoint, distributed
+from .. import audio as audio_io
+from ..errors import BatchFailedError, SpeechlensError, UsageError
+from ..pipeline import (
+    DEFAULT_CHUNK_SECONDS,
+    DEFAULT_DEVICE,
+    DEFAULT_OVERLAP,
+    DEVICES,
+    check_settings,
+)
+from .app import main
+from .jobs import collect_jobs, left_alone
+from .reporting import Reporter
+from .runner import EnhanceOptions, run_jobs
+
+
+def _shard_option(_ctx: click.Context, _param: click.Parameter,
+                  value: str | None) -> tuple[int, int] | None:
+    """Click callback for --shard: a bad value is a usage error (exit 2)."""
+    if value is None:
+        return None
+    try:
+        return distributed.parse_shard(value)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
+
+
+def _raise_interrupt(_signum, _frame) -> None:
+    raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts():
+    """SIGTERM cleans up like Ctrl-C (temporary output removed, exit 130)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+@main.command(context_settings={"show_default": True})
+@click.argument("paths", nargs=-1, required=True, metavar="SOURCE... [DESTINATION]")
+@click.option("-o", "--output-dir", default=None,
+              help="Write all SOURCEs (files or folders) into this folder.")
+@click.option("--model", default=None, envvar=checkpoint.MODEL_ENV, show_default=False,
+              help="Hugging Face repo id, checkpoint folder or .safetensors file "
+                   "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
+@click.option("--strict-mode", is_flag=True, help="Numerically strictest scan.")
+@click.option("--chunk-seconds", type=float, default=DEFAULT_CHUNK_SECONDS,
+              help="Window length in seconds (5-30).")
+@click.option("--overlap", type=float, default=DEFAULT_OVERLAP,
+              help="Cross-fade between windows, as a fraction of the window (0-0.5).")
+@click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
+              help="Where MLX runs (auto: the GPU when this MLX build has one).")
+@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@click.option("--skip-existing", is_flag=True, help="Keep existing outputs (resume a batch).")
+@click.option("--subtype", default=None, show_default=False,
+              help="Output encoding, e.g. PCM_16, PCM_24, FLOAT [default: the input's].")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per file on stdout.")
+@click.option("--dry-run", is_flag=True, help="Show the plan; load no model, write nothing.")
+@click.option("-q", "--quiet", is_flag=True, help="Errors only.")
+@click.option("-v", "--verbose", is_flag=True, help="Also show model, device and file details.")
+@click.option("--shard", default=None, metavar="I/N", callback=_shard_option,
+              help="Enhance only part I of N (from 0), split as under mlx.launch: for SLURM "
+                   "arrays, GNU parallel, Ray (docs/scale-out.md).")
+def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, strict_mode: bool,
+            chunk_seconds: float, overlap: float, device: str, overwrite: bool,
+            skip_existing: bool, subtype: str | None, as_json: bool, dry_run: bool, quiet: bool,
+            verbose: bool, shard: tuple[int, int] | None) -> None:
+    """Enhance SOURCE into DESTINATION, file to file or folder to folder ('-' is stdin/stdout).
+
+    Outputs keep the input's sample rate, channels, length, container and subtype. A folder is
+    enhanced recursively into a mirrored tree; files that are not audio are listed and skipped.
+    Started by mlx.launch, the ranks share the batch and rank 0 reports it (docs/scale-out.md).
+    """
+    check_settings(chunk_seconds, overlap)
+    if overwrite and skip_existing:
+        raise UsageError("--overwrite and --skip-existing contradict each other")
+    if subtype is not None:
+        audio_io.check_subtype_name(subtype)
+    chosen_device = api.select_device(device)
+    share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
+    share.check_paths(paths)
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(_sigterm_interrupts())
+        jobs, others, batch = collect_jobs(paths, output_dir, stack)
+        if as_json and any(job.to_stdout for job in jobs):
+            raise UsageError("--json writes to stdout, which already carries the audio")
+        jobs, others = share.take(jobs, others)
+
+        options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
+                                 overwrite, skip_existing, subtype, dry_run)
+
+        def new_reporter(live: bool, total: int) -> Reporter:
+            # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan
+            return Reporter(as_json=as_json and live, quiet=quiet or not live, verbose=verbose,
+                            batch=batch, total=total, plan_lines=live)
+
+        def run(reporter: Reporter) -> list[SpeechlensError]:
+            errors = run_jobs(jobs, reporter, options, batch=batch)
+            for path in others:
+                reporter.record(left_alone(path))
+            return errors
+
+        if share.in_group:  # never returns: rank 0 reports for all, every rank exits
+            share.run_in_group(run, new_reporter, batch=batch)
+        reporter = new_reporter(True, len(jobs) + len(others))
+        stack.enter_context(reporter.progress)
+        if share.note:
+            reporter.note(share.note, verbose=True)
+        errors = run(reporter)
+    reporter.summary()
+    if errors and not batch:
+        raise errors[0]
+    if errors:
+        raise BatchFailedError(f"{len(errors)} of {len(jobs)} files failed (listed above)")

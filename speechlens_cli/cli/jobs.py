@@ -1,0 +1,96 @@
+"""What an `enhance` command line asks for: one job per input file, and the files left alone."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import audio as audio_io
+from ..errors import OutputError, UsageError
+from ..results import FileResult, Status
+
+
+@dataclass(frozen=True)
+class Job:
+    source: Path
+    destination: Path
+    name: str          # the input as the user named it
+    shown_output: str  # the output as reported ("-" for stdout)
+    container: str | None = None  # forced container (stdout is WAV)
+
+    @property
+    def to_stdout(self) -> bool:
+        return self.shown_output == "-"
+
+
+def folder_jobs(source: Path, destination: Path) -> tuple[list[Job], list]:
+    """Every audio file under `source`, mirrored under `destination`, plus the files left alone:
+    not audio (Paths) or not followed (audio_io.Skipped: symlinks leaving the tree, pipes)."""
+    if audio_io.same_file(source, destination):
+        raise UsageError(f"{destination}: is the input folder; choose another output folder")
+    if destination.exists() and not destination.is_dir():
+        raise UsageError(f"{destination}: exists and is not a folder")
+    inside = destination.resolve().is_relative_to(source.resolve())
+    scan = audio_io.scan_tree(source, exclude=destination if inside else None)
+    jobs = [Job(path, destination / path.relative_to(source), str(path),
+                 str(destination / path.relative_to(source))) for path in scan.audio]
+    if not jobs:
+        raise UsageError(f"{source}: no audio files found")
+    return jobs, [*scan.other, *scan.skipped]
+
+
+def left_alone(item) -> FileResult:
+    """The result of a file a folder batch does not enhance (see folder_jobs)."""
+    if isinstance(item, audio_io.Skipped):
+        return FileResult(str(item.path), None, Status.SKIPPED, {"reason": item.reason})
+    return FileResult(str(item), None, Status.NOT_AUDIO, {"reason": "not an audio file"})
+
+
+def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
+                  stack: contextlib.ExitStack) -> tuple[list[Job], list[Path], bool]:
+    """(jobs, non-audio files, is a batch) for SOURCE DESTINATION or SOURCES... -o DIR."""
+    if output_dir is not None:
+        out = Path(output_dir)
+        if out.exists() and not out.is_dir():
+            raise UsageError(f"{out}: exists and is not a folder")
+        jobs, others = [], []
+        for source in paths:
+            if source == "-":
+                raise UsageError("'-' (stdin) cannot be combined with -o")
+            if Path(source).is_dir():
+                found, skipped = folder_jobs(Path(source), out)
+                jobs += found
+                others += skipped
+            else:
+                target = out / Path(source).name
+                jobs.append(Job(Path(source), target, source, str(target)))
+        return jobs, others, True
+    if len(paths) != 2:
+        raise UsageError("give SOURCE and DESTINATION, or several sources with -o DIR")
+    source, destination = paths
+    if source != "-" and Path(source).is_dir():
+        if destination == "-":
+            raise UsageError(f"{source}: a folder cannot be written to stdout")
+        return (*folder_jobs(Path(source), Path(destination)), True)
+    if source == "-":
+        read_from, name = stack.enter_context(audio_io.spooled_stdin(
+            sys.stdin.buffer)), "<stdin>"
+    else:
+        read_from, name = Path(source), source
+    if destination == "-":
+        try:
+            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="speechlens-")))
+        except OSError as error:
+            raise OutputError(f"<stdout>: no room for the output in {tempfile.gettempdir()} "
+                              f"({error.strerror or error}); set TMPDIR") from None
+        return [Job(read_from, folder / "stdout.wav", name, "-", "WAV")], [], False
+    target = Path(destination)
+    if target.is_dir() or destination.endswith(("/", os.sep)):
+        if source == "-":
+            raise UsageError("input from stdin needs an output file name, not a folder")
+        target = target / read_from.name
+    return [Job(read_from, target, name, str(target))], [], False

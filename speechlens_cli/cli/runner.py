@@ -1,0 +1,91 @@
+"""Running an `enhance` command's jobs in order, one result per job."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+from .. import api
+from .. import audio as audio_io
+from ..errors import OutputError, OutputExistsError, SpeechlensError
+from ..results import FileResult, Status
+from .jobs import Job
+from .reporting import Reporter
+
+
+@dataclass(frozen=True)
+class EnhanceOptions:
+    """What `enhance` was asked to do with every job."""
+
+    model_spec: str | None
+    device: str
+    strict: bool
+    chunk_seconds: float
+    overlap: float
+    overwrite: bool
+    skip_existing: bool
+    subtype: str | None
+    dry_run: bool
+
+
+def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
+             batch: bool) -> list[SpeechlensError]:
+    """Check and run every job in order; the model is loaded once, at the first real work.
+
+    A file that fails is recorded and the next one runs; a model that cannot load stops the run.
+    """
+    model, errors, outputs = None, [], set()
+
+    def fail(job: Job, error: SpeechlensError) -> None:
+        """Record a failure; an output that appeared meanwhile is a skip under --skip-existing
+        (another process wrote or finished it since the check: its file is kept)."""
+        if isinstance(error, OutputExistsError) and options.skip_existing:
+            reporter.record(_skipped(job))
+            return
+        errors.append(error)
+        reporter.record(FileResult(job.name, job.shown_output, Status.FAILED,
+                                   {"error": str(error)}))
+
+    for job in jobs:
+        if options.skip_existing and job.destination.exists() \
+                and not audio_io.same_file(job.source, job.destination):
+            reporter.record(_skipped(job))
+            continue
+        try:
+            if job.destination.resolve() in outputs:
+                raise OutputError(f"{job.destination}: is also the output of another input")
+            outputs.add(job.destination.resolve())
+            plan = api.plan_file(job.source, job.destination, overwrite=options.overwrite,
+                                 subtype=options.subtype, container=job.container, name=job.name,
+                                 create_folders=batch)
+        except SpeechlensError as error:
+            fail(job, error)
+            continue
+        if options.dry_run:
+            planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
+            reporter.record(planned)
+            reporter.plan_line(planned)
+            continue
+        if model is None:
+            model = api.get_model(options.model_spec)
+            reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on "
+                          f"{options.device}; windows of {options.chunk_seconds:g} s, overlap "
+                          f"{options.overlap:g}", verbose=True)
+        reporter.note(f"{job.name}: {plan.info.frames} frames, {plan.info.sample_rate} Hz, "
+                      f"{plan.info.channels} ch, {plan.output.format}/{plan.output.subtype}",
+                      verbose=True)
+        try:
+            result = api.run_plan(plan, model, strict=options.strict,
+                                  chunk_seconds=options.chunk_seconds, overlap=options.overlap,
+                                  progress=reporter.file_progress(plan))
+        except SpeechlensError as error:
+            fail(job, error)
+            continue
+        if job.to_stdout:
+            audio_io.copy_to_stream(job.destination, sys.stdout.buffer)
+        reporter.record(FileResult(job.name, job.shown_output, result.status, result.fields))
+    return errors
+
+
+def _skipped(job: Job) -> FileResult:
+    return FileResult(job.name, job.shown_output, Status.SKIPPED, {"reason": "output exists"})
