@@ -25,7 +25,7 @@ from .errors import (
     ModelNotFoundError,
 )
 from .model.config import ModelConfig
-from .model.layout import expected_shapes
+from .model.layout import expected_shapes, to_mlx_layout
 from .model.semamba import SEMamba
 
 DEFAULT_REPO = "nvidia/RE-USE"
@@ -279,18 +279,10 @@ def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
 # --------------------------------------------------------------------------- loading
 
 def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """PyTorch layout -> MLX layout.
-
-    Conv2d [O,I,kh,kw] -> [O,kh,kw,I]; Conv1d [C,1,K] -> [C,K,1].
-    """
+    """PyTorch layout -> MLX layout (the axis orders of model/layout.py), canonical names."""
     converted = {}
     for name, value in weights.items():
-        name = _canonical_name(name)
-        if value.ndim == 4:
-            value = value.transpose(0, 2, 3, 1)
-        elif value.ndim == 3:
-            value = value.transpose(0, 2, 1)
-        converted[name] = np.ascontiguousarray(value)
+        converted[_canonical_name(name)] = np.ascontiguousarray(to_mlx_layout(value))
     return converted
 
 

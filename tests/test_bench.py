@@ -15,7 +15,7 @@ from speechlens_cli.bench import cases as matrix
 from speechlens_cli.bench import report as rep
 from speechlens_cli.bench.profile import run_profile
 from speechlens_cli.cli import main
-from speechlens_cli.model import layers
+from speechlens_cli.model import scheduling
 
 
 def test_bench_command_runs_and_writes_reports(tiny_checkpoint, tmp_path):
@@ -108,10 +108,11 @@ def test_profile_times_every_component_and_restores_the_model(tiny_checkpoint):
     assert calls[f"Mamba in_proj (Linear {width}->{8 * width})"] == 4 * blocks
     assert calls["BiMamba LayerNorm"] == 2 * blocks
     assert calls["STFT (frames, rfft, log1p |X|, atan2)"] == 1
-    # one call per time tile of each of the four dense layers (layers.time_tiles)
+    # one call per time tile of each of the four dense layers (scheduling.time_tiles)
     params = model.config.stft_params(16000)
     frames, bins = 1 + len(audio) // params.hop + 2, params.n_bins + 2  # + the 2-sample pad
-    tiles = sum(len(layers.time_tiles(frames, 4 * bins * width * (i + 1) * 4)) for i in range(4))
+    tiles = sum(len(scheduling.time_tiles(frames, 4 * bins * width * (i + 1) * 4))
+                for i in range(4))
     assert calls["encoder conv 3x3 (dense block, dilated)"] == tiles
     assert sum(r["share"] for r in result["components"]) == pytest.approx(1.0)
     assert all(r["total_s"] >= 0 for r in result["components"])

@@ -155,13 +155,13 @@ def test_time_tiled_dense_blocks_match_reference_and_one_tile(tiny_model, tiny_w
     """Dense layers in 16-frame time tiles (halos of 1-8 frames, InstanceNorm statistics over
     all tiles) agree with the float64 reference within the tiny bound, and with the same
     model run as one tile to float32 rounding of the re-associated sums (5e-6)."""
-    from speechlens_cli.model import layers
+    from speechlens_cli.model import scheduling
 
     x = mx.array(_signal(sample_rate, sample_rate // 2 + 3))[None]
     whole = np.array(tiny_model.enhance(x, sample_rate))[0]
     frames = 1 + x.shape[1] // tiny_model.config.stft_params(sample_rate).hop
-    monkeypatch.setattr(layers, "TILE_BYTES", {"cpu": 1, "gpu": 1})
-    assert len(layers.time_tiles(frames + 2, 4 * 64 * 16)) >= frames // 16  # 16-row tiles
+    monkeypatch.setattr(scheduling, "TILE_BYTES", {"cpu": 1, "gpu": 1})
+    assert len(scheduling.time_tiles(frames + 2, 4 * 64 * 16)) >= frames // 16  # 16-row tiles
     tiled = np.array(tiny_model.enhance(x, sample_rate))[0]
     expected = ref.reference_enhance(tiny_weights, TINY_CONFIG,
                                      np.array(x[0]).astype(np.float64), sample_rate)
@@ -186,7 +186,7 @@ def test_mamba_sequence_groups_match_reference_and_one_group(tiny_model, tiny_we
 
 
 def test_rows_with_halo_pads_zeros_outside_the_plane():
-    from speechlens_cli.model.layers import rows_with_halo
+    from speechlens_cli.model.scheduling import rows_with_halo
 
     plane = mx.arange(1, 6, dtype=mx.float32).reshape(1, 5, 1, 1)
     assert np.array(rows_with_halo(plane, 0, 2, 2)).ravel().tolist() == [0, 0, 1, 2, 3, 4]

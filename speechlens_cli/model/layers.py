@@ -8,6 +8,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .. import kernels
+from .scheduling import in_turn, joined, rows_with_halo, time_tiles
 
 _SUM_BLOCK = 64
 
@@ -15,8 +16,8 @@ _SUM_BLOCK = 64
 def accurate_sum(x: mx.array) -> mx.array:
     """Sum [B, n, C] over n in blocks of 64, level by level -> [B, C].
 
-    MLX accumulates long float32 reductions with an error that grows with the element count
-    (spec model.md 1.9); summing in short blocks keeps it near the float32 floor on any backend.
+    MLX accumulates long float32 reductions with an error that grows with the element count;
+    summing in short blocks keeps it near the float32 floor on any backend.
     The rows beyond the last whole block are summed on their own (no padded copy of x).
     """
     while x.shape[1] > _SUM_BLOCK:
@@ -91,18 +92,17 @@ class InstanceNorm(nn.Module):
         self.bias = mx.zeros((channels,))
         self.eps = eps
 
-    def __call__(self, x: mx.array | list[mx.array],
-                 act: PReLU | None = None) -> mx.array | list[mx.array]:
-        """x: [B, T, F, C], or the time tiles of one such plane (normalised as one plane);
-        `act`, the PReLU that follows, is applied too (fused into one pass on the CPU)."""
-        tiles = x if isinstance(x, list) else [x]
+    def __call__(self, tiles: list[mx.array], act: PReLU | None = None) -> list[mx.array]:
+        """`tiles`: the time tiles [B, t, F, C] of one plane (normalised as one plane; a whole
+        plane is one tile); `act`, the PReLU that follows, is applied too (fused into one pass
+        on the CPU)."""
         out = None
         if act is not None:
             out = kernels.instance_norm_prelu(tiles, self.weight, self.bias, self.eps, act.weight)
         if out is None:
             out = self._normalise(tiles)
             out = out if act is None else [act(tile) for tile in out]
-        return out if isinstance(x, list) else out[0]
+        return out
 
     def _normalise(self, tiles: list[mx.array]) -> list[mx.array]:
         channels = tiles[0].shape[-1]
@@ -144,75 +144,12 @@ def run_sequence(layers: list[nn.Module], x: mx.array) -> mx.array:
     i = 0
     while i < len(layers):
         layer, following = layers[i], layers[i + 1] if i + 1 < len(layers) else None
-        if isinstance(layer, InstanceNorm) and isinstance(following, PReLU):
-            x, i = layer(x, act=following), i + 2
+        if isinstance(layer, InstanceNorm):
+            act = following if isinstance(following, PReLU) else None
+            x, i = layer([x], act=act)[0], i + (2 if act is not None else 1)
         else:
             x, i = layer(x), i + 1
     return x
-
-
-#: A dense layer's time tile is sized so that its conv input and kernel-width taps take about
-#: this many bytes; the full-resolution encoder then never holds the concatenation of all
-#: earlier outputs, or its taps, for the whole window (30 s at 48 kHz: 5.9 GB and 17.8 GB).
-#: The CPU wants tiles that stay in cache (encoder at 5 s / 16 kHz: 5.2 s with 16 MB tiles,
-#: 7.1 s with 64 MB); a GPU wants few large ones (5 s / 44.1 kHz on an H200: 235 ms with
-#: 256 MB tiles, 273 ms with 64 MB). Measured; both keep parity.
-TILE_BYTES = {"cpu": 16 * 2**20, "gpu": 256 * 2**20}
-
-#: Bound the work pending on a device to two stages (tiles of a dense layer, TF blocks). A GPU
-#: holds every buffer of a pending graph until it completes: one lazy graph per window peaked
-#: at 25 GB at 5 s / 44.1 kHz on an H200 where one TF block needs ~3 GB (measured).
-MEMORY_BARRIERS = True
-
-
-def bound_pending(current: mx.array, previous: mx.array | None) -> None:
-    """Schedule `current`, then wait for `previous` (the stage before it).
-
-    The device keeps working on `current` while Python builds the next stage, so the bound
-    costs no idle time, unlike a plain mx.eval per stage (+9% at 5 s / 44.1 kHz on the H200).
-    """
-    if MEMORY_BARRIERS:
-        mx.async_eval(current)
-        if previous is not None:
-            mx.eval(previous)
-
-
-def in_turn(arrays):
-    """Yield from `arrays` (lazy), keeping at most two of them pending (see bound_pending)."""
-    previous = None
-    for array in arrays:
-        bound_pending(array, previous)
-        previous = array
-        yield array
-
-
-def tiles(count: int, bytes_per_item: int, budget: int) -> list[tuple[int, int]]:
-    """[start, end) ranges covering `count` items, at least 16 per range, about `budget`
-    bytes each; they depend only on the arguments, so results are reproducible."""
-    size = max(16, budget // max(bytes_per_item, 1))
-    return [(start, min(start + size, count)) for start in range(0, count, size)]
-
-
-def joined(parts: list[mx.array], axis: int) -> mx.array:
-    """The parts of a tiled or grouped result as one array (no copy for a single part)."""
-    return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=axis)
-
-
-def time_tiles(frames: int, bytes_per_frame: int) -> list[tuple[int, int]]:
-    """Time tiles of a dense layer, sized for the default device (TILE_BYTES)."""
-    return tiles(frames, bytes_per_frame,
-                 TILE_BYTES["cpu" if mx.default_device() == mx.cpu else "gpu"])
-
-
-def rows_with_halo(x: mx.array, start: int, end: int, halo: int) -> mx.array:
-    """Rows [start - halo, end + halo) of x [B, T, F, C], zeros outside the plane."""
-    frames = x.shape[1]
-    lo, hi = max(start - halo, 0), min(end + halo, frames)
-    rows = x[:, lo:hi]
-    before, after = lo - (start - halo), (end + halo) - hi
-    if before or after:
-        rows = mx.pad(rows, [(0, 0), (before, after), (0, 0), (0, 0)])
-    return rows
 
 
 class DenseBlock(nn.Module):

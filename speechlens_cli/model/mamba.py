@@ -7,7 +7,7 @@ import mlx.nn as nn
 
 from .. import kernels
 from .config import ModelConfig
-from .layers import in_turn, joined, tiles
+from .scheduling import in_turn, joined, tiles
 
 #: A BiMamba takes its sequences in groups whose in_proj output is about this size, so a
 #: pending TF block on a GPU holds two groups, not every intermediate of the window (30 s at

@@ -7,8 +7,8 @@ import mlx.nn as nn
 
 from .codec import DenseEncoder, MagnitudeDecoder, PhaseDecoder
 from .config import ModelConfig
-from .layers import bound_pending
 from .mamba import TFMambaBlock
+from .scheduling import bound_pending
 from .stft import istft, stft
 
 #: A frame whose enhanced magnitude is zero in more than this share of bins is silenced.
