@@ -24,10 +24,11 @@ demo: $(STAMP)
 	$(PY) -m fixtures.demo
 
 # The PyTorch peer comes with the `bench` extra (torch==2.13.0 on Linux x86_64); BENCH_ARGS passes
-# options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--profile".
+# options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--profile"; the reports go to
+# docs/bench (`speechlens bench` alone writes to a folder of the user's own).
 bench: $(STAMP)
 	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
-	$(VENV)/bin/speechlens bench $(BENCH_ARGS)
+	$(VENV)/bin/speechlens bench --out docs/bench $(BENCH_ARGS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check speechlens_cli tests fixtures

@@ -61,7 +61,7 @@ def environment() -> dict[str, str]:
     return env
 
 
-def _inputs(batch: int, length: int, channels: int, seed: int = 0):
+def inputs(batch: int, length: int, channels: int, seed: int = 0):
     rng = np.random.default_rng(seed)
     xz = mx.array(rng.standard_normal((batch, length, 2 * channels), dtype=np.float32))
     dbl = mx.array(rng.standard_normal((batch, length, 36), dtype=np.float32))
@@ -110,7 +110,7 @@ def run(shapes, repeats: int, warmup: int, ops_repeats: int, skip_ops: bool,
         modes=("standard", "strict")) -> list[dict]:
     rows = []
     for batch, length, channels in shapes:
-        data = _inputs(batch, length, channels)
+        data = inputs(batch, length, channels)
         conv_args = (data["x"], data["weight"], data["bias"])
         shape = f"{batch}x{length}x{channels}"
         conv = [("kernel", partial(kernels.causal_conv1d, *conv_args)),
@@ -131,64 +131,6 @@ def run(shapes, repeats: int, warmup: int, ops_repeats: int, skip_ops: bool,
                              **_time(fn, ops_repeats, min(warmup, 1))})
         del data, conv_args
     return rows
-
-
-def parity(shapes, seed: int = 1) -> list[dict]:
-    """Kernel outputs against the float64 NumPy reference of tests/reference.py (checkout only):
-    relative RMS and max abs error, conv also against the mx.conv1d fallback."""
-    tests = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "tests")
-    sys.path.insert(0, tests)
-    import reference as ref
-
-    def err(got, want):
-        got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-        return (float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2))),
-                float(np.max(np.abs(got - want))), bool(np.all(np.isfinite(got))))
-
-    rows = []
-    for batch, length, channels in shapes:
-        data = _inputs(batch, length, channels, seed)
-        x, w, b = data["x"], data["weight"], data["bias"]
-        shape = f"{batch}x{length}x{channels}"
-        out = np.array(kernels.causal_conv1d(x, w, b))
-        want = ref.reference_causal_conv1d(np.array(x), np.array(w).transpose(0, 2, 1),
-                                           np.array(b))
-        rows.append({"op": "causal_conv1d", "shape": shape, "mode": "-",
-                     "against": "float64 reference", **dict(zip(
-                         ("rel_rms", "max_abs", "finite"), err(out, want), strict=True))})
-        fb = np.array(kernels.conv1d_fallback(x, w, b))
-        rows.append({"op": "causal_conv1d", "shape": shape, "mode": "-",
-                     "against": "mx.conv1d fallback", **dict(zip(
-                         ("rel_rms", "max_abs", "finite"), err(out, fb), strict=True))})
-        args = data["scan"]
-        want = ref.reference_selective_scan(*(np.array(a) for a in args))
-        for mode in ("standard", "strict"):
-            outs = [np.array(kernels.selective_scan(*args, strict=mode == "strict"))
-                    for _ in range(2)]
-            rel, mab, fin = err(outs[0], want)
-            rows.append({"op": "selective_scan", "shape": shape, "mode": mode,
-                         "against": "float64 reference", "rel_rms": rel, "max_abs": mab,
-                         "finite": fin, "bit_identical_rerun": bool(np.array_equal(
-                             outs[0].view(np.uint32), outs[1].view(np.uint32)))})
-        big = list(args)
-        big[1] = mx.full(args[1].shape, 1000.0, mx.float32)
-        out = np.array(kernels.selective_scan(*big, strict=True))
-        rows.append({"op": "selective_scan", "shape": shape, "mode": "strict, dt=1000",
-                     "against": "float64 reference", **dict(zip(
-                         ("rel_rms", "max_abs", "finite"),
-                         err(out, ref.reference_selective_scan(*(np.array(a) for a in big))),
-                         strict=True))})
-    return rows
-
-
-def parity_markdown(rows: list[dict]) -> str:
-    lines = ["| op | B x L x D | mode | against | rel RMS | max abs | finite | rerun identical |",
-             "|---|---|---|---|---:|---:|---|---|"]
-    for r in rows:
-        lines.append(f"| {r['op']} | {r['shape']} | {r['mode']} | {r['against']} | "
-                     f"{r['rel_rms']:.2e} | {r['max_abs']:.2e} | {r['finite']} | "
-                     f"{r.get('bit_identical_rerun', '-')} |")
-    return "\n".join(lines)
 
 
 def markdown(env: dict[str, str], rows: list[dict]) -> str:
@@ -222,22 +164,17 @@ def main(argv=None) -> int:
                    help="timed runs of the (slow) MLX-op scan")
     p.add_argument("--skip-ops", action="store_true", help="do not time the MLX-op scan")
     p.add_argument("--modes", default="standard,strict")
-    p.add_argument("--parity", action="store_true",
-                   help="also check the kernels against tests/reference.py (float64) first")
     p.add_argument("--json", help="also write the rows and environment to this JSON file")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
     env = environment()
-    checks = parity(shapes) if args.parity else []
-    if checks:
-        print(parity_markdown(checks) + "\n", flush=True)
     rows = run(shapes, args.repeats, args.warmup, args.ops_repeats, args.skip_ops,
                tuple(m for m in args.modes.split(",") if m))
     text = markdown(env, rows)
     print(text)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump({"environment": env, "rows": rows, "parity": checks}, f, indent=2)
+            json.dump({"environment": env, "rows": rows}, f, indent=2)
     return 0
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.audio import write_audio_fixtures
-from fixtures.checkpoints import FULL_CONFIG, TINY_CONFIG, write_checkpoint
+from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, write_checkpoint
 
 ATTENUATED_PHASE_GAIN = 1e-4
 

@@ -16,8 +16,8 @@ import speechlens_cli  # noqa: E402,F401,I001  (before MLX: fast BLAS on Linux C
 import mlx.core as mx  # noqa: E402
 import numpy as np  # noqa: E402
 import reference as ref  # noqa: E402
-from fixtures.audio import noisy_speech  # noqa: E402
-from fixtures.checkpoints import (  # noqa: E402
+from speechlens_cli.synthetic.speech import noisy_speech  # noqa: E402
+from speechlens_cli.synthetic.checkpoints import (  # noqa: E402
     FULL_CONFIG,
     TINY_CONFIG,
     make_weights,

@@ -27,8 +27,8 @@ import numpy as np
 import soundfile as sf
 from click.testing import CliRunner
 
-from fixtures.audio import noisy_speech
 from speechlens_cli.cli import main
+from speechlens_cli.synthetic.speech import noisy_speech
 
 RATE = 8000
 REPO = Path(__file__).resolve().parents[1]

@@ -1,8 +1,14 @@
-"""Layers only point down: CLI/tools -> API/pipeline -> checkpoint/audio -> model -> kernels."""
+"""Layers only point down: CLI/tools -> API/pipeline -> checkpoint/audio -> model -> kernels.
+
+The same rule holds one level down, inside each package (SUBLAYERS); the kernels' build
+description stays loadable without the package (setup.py runs before it is installed), and
+nothing in the package reaches into the checkout's tests or fixtures.
+"""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[1] / "speechlens_cli"
@@ -11,10 +17,29 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speechlens_cli"
 LAYERS = {
     "errors": 0, "blas": 0, "kernels": 0, "results": 0,
     "model": 1,
-    "checkpoint": 2, "audio": 2,
+    "checkpoint": 2, "audio": 2, "synthetic": 2,
     "pipeline": 3, "api": 3,
     "cli": 4, "bench": 4, "kernel_bench": 4, "distributed": 4, "__main__": 4, "__init__": 4,
 }
+
+# Inside a package: lower numbers are lower sub-layers; a module imports its own or lower ones.
+SUBLAYERS = {
+    "kernels": {"build": 0, "notices": 0, "contract": 0, "sources": 1, "fallback": 1,
+                "compiler": 2, "gpu": 2, "cpu_binding": 3, "cpu_ops": 4, "dispatch": 5,
+                "__init__": 6},
+    "audio": {"libsndfile": 0, "outputs": 0, "streams": 0, "read": 1, "formats": 2, "sink": 3,
+              "tree": 3, "__init__": 4},
+    "model": {"config": 0, "stft": 0, "scheduling": 0, "layers": 1, "mamba": 2, "codec": 2,
+              "semamba": 3, "layout": 4, "__init__": 5},
+    "cli": {"app": 0, "jobs": 1, "reporting": 1, "runner": 2, "models": 3, "doctor": 3,
+            "enhance": 3, "__init__": 4},
+    "distributed": {"plan": 0, "collectives": 0, "leaving": 1, "share": 2, "launcher": 3,
+                    "__init__": 4},
+}
+#: Loaded by path from setup.py, before speechlens (and MLX) is installed: standard library only.
+STANDALONE = ("kernels", "build")
+#: Checkout folders that an installed speechlens does not have.
+CHECKOUT_ONLY = ("fixtures", "tests", "reference")
 
 
 def _layer(module: str) -> int:
@@ -61,11 +86,63 @@ def _violations(source: str, parts: tuple[str, ...]) -> list[str]:
             for imported in sorted(_imports(source, parts)) if _layer(imported) > own]
 
 
+def _sublayer(package: str, module: str) -> int:
+    if module not in SUBLAYERS[package]:
+        raise AssertionError(
+            f"speechlens_cli.{package}.{module} has no sub-layer in tests/test_architecture.py")
+    return SUBLAYERS[package][module]
+
+
+def _sub_violations(source: str, parts: tuple[str, ...]) -> list[str]:
+    """Imports inside one package that point to a higher sub-layer of it."""
+    if len(parts) != 2 or parts[0] not in SUBLAYERS:
+        return []
+    package, module = parts
+    own = _sublayer(package, module)
+    inside = {imported.split(".")[1] for imported in _imports(source, parts)
+              if imported.split(".")[0] == package and "." in imported}
+    return [f"{package}.{module} (sub-layer {own}) imports {package}.{name} "
+            f"(sub-layer {_sublayer(package, name)})"
+            for name in sorted(inside) if _sublayer(package, name) > own]
+
+
+def _top_level_imports(source: str) -> set[str]:
+    found = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            found.add("." if node.level else (node.module or "").split(".")[0])
+    return found
+
+
 def test_every_module_imports_only_its_layer_or_below():
     violations = []
     for path in sorted(PACKAGE.rglob("*.py")):
         violations += _violations(path.read_text(), path.relative_to(PACKAGE).with_suffix("").parts)
     assert not violations, "\n".join(violations)
+
+
+def test_inside_a_package_modules_import_only_their_sub_layer_or_below():
+    violations = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        violations += _sub_violations(path.read_text(), parts)
+    assert not violations, "\n".join(violations)
+
+
+def test_the_build_description_needs_only_the_standard_library():
+    source = PACKAGE.joinpath(*STANDALONE).with_suffix(".py").read_text()
+    foreign = sorted(name for name in _top_level_imports(source)
+                     if name != "__future__" and name not in sys.stdlib_module_names)
+    assert not foreign, f"speechlens_cli/{'/'.join(STANDALONE)}.py imports {foreign}"
+
+
+def test_nothing_in_the_package_imports_the_checkout():
+    found = [f"{path.relative_to(PACKAGE)} imports {name}"
+             for path in sorted(PACKAGE.rglob("*.py"))
+             for name in sorted(_top_level_imports(path.read_text()) & set(CHECKOUT_ONLY))]
+    assert not found, "\n".join(found)
 
 
 def test_the_checker_flags_an_upward_import():
@@ -74,3 +151,6 @@ def test_the_checker_flags_an_upward_import():
     assert _violations("from speechlens_cli import pipeline\n", ("kernels",)) == [
         "kernels (layer 0) imports pipeline (layer 3)"]
     assert _violations("from .config import ModelConfig\n", ("model", "layout")) == []
+    assert _sub_violations("from .dispatch import backend\n", ("kernels", "gpu")) == [
+        "kernels.gpu (sub-layer 2) imports kernels.dispatch (sub-layer 5)"]
+    assert _sub_violations("from .build import CPU_SOURCES\n", ("kernels", "compiler")) == []

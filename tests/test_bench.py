@@ -9,13 +9,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fixtures.audio import noisy_speech
 from speechlens_cli import checkpoint
 from speechlens_cli.bench import cases as matrix
 from speechlens_cli.bench import report as rep
 from speechlens_cli.bench.profile import run_profile
 from speechlens_cli.cli import main
 from speechlens_cli.model import scheduling
+from speechlens_cli.synthetic.speech import noisy_speech
 
 
 def test_bench_command_runs_and_writes_reports(tiny_checkpoint, tmp_path):

@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from fixtures.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights
 from speechlens_cli import checkpoint
 from speechlens_cli.cli import main
 from speechlens_cli.errors import (
@@ -21,6 +20,7 @@ from speechlens_cli.errors import (
     ModelNotFoundError,
 )
 from speechlens_cli.model.semamba import SEMamba
+from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights
 
 
 def _write(directory: Path, weights: dict[str, np.ndarray], config: dict) -> Path:

@@ -23,10 +23,10 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
-from fixtures.audio import noisy_speech
-from fixtures.checkpoints import TINY_CONFIG, write_checkpoint
 from speechlens_cli import blas, checkpoint, cli, kernels
 from speechlens_cli.cli import main
+from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, write_checkpoint
+from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import make_audio
 
 RATE = 8000

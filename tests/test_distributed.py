@@ -25,9 +25,9 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
-from fixtures.audio import noisy_speech
 from speechlens_cli import distributed
 from speechlens_cli.cli import main
+from speechlens_cli.synthetic.speech import noisy_speech
 
 RATE = 8000
 BIN = Path(sys.executable).parent

@@ -14,16 +14,17 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fixtures.audio import AUDIO_FIXTURES, noisy_speech, speech_like, write_audio_fixtures
-from fixtures.checkpoints import (
+from fixtures.audio import AUDIO_FIXTURES, write_audio_fixtures
+from speechlens_cli.model.config import ModelConfig
+from speechlens_cli.model.layout import expected_shapes
+from speechlens_cli.synthetic.checkpoints import (
     FULL_CONFIG,
     PHASE_INPUT_KEY,
     TINY_CONFIG,
     make_weights,
     write_checkpoint,
 )
-from speechlens_cli.model.config import ModelConfig
-from speechlens_cli.model.layout import expected_shapes
+from speechlens_cli.synthetic.speech import noisy_speech, speech_like
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 import reference as ref
 
-from fixtures.audio import noisy_speech
-from fixtures.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights
 from speechlens_cli import checkpoint, enhance
 from speechlens_cli.errors import AudioInputError
 from speechlens_cli.model.stft import istft, stft
+from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights
+from speechlens_cli.synthetic.speech import noisy_speech
 
 TINY_BOUND = 5e-5
 FULL_BOUND = 1e-4

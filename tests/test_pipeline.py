@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fixtures.audio import noisy_speech
 from speechlens_cli import checkpoint
 from speechlens_cli.api import enhance_channels, enhance_file
 from speechlens_cli.audio import OutputFormat
@@ -31,6 +30,7 @@ from speechlens_cli.pipeline import (
     crossfade_weights,
     enhance_stream,
 )
+from speechlens_cli.synthetic.speech import noisy_speech
 
 REPO = Path(__file__).resolve().parents[1]
 RATE = 8000

@@ -21,9 +21,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from fixtures.checkpoints import TINY_CONFIG, make_weights
 from speechlens_cli import checkpoint
 from speechlens_cli.errors import CheckpointFormatError
+from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, make_weights
 from tests.reliability import (
     audit_outputs,
     cases,

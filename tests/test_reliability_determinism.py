@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from fixtures.audio import noisy_speech
 from speechlens_cli import checkpoint, kernels
 from speechlens_cli.api import enhance_channels
 from speechlens_cli.audio import OutputFormat
 from speechlens_cli.pipeline import Geometry, enhance_stream
+from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import RATE, REPO, cases, invoke, make_audio, tree_bytes
 
 #: Largest difference a setting that "changes the result" may make (float32 rounding).

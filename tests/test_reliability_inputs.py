@@ -30,10 +30,10 @@ import soundfile as sf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fixtures.audio import noisy_speech
 from speechlens_cli import api
 from speechlens_cli.errors import AudioInputError, UsageError
 from speechlens_cli.model.config import ModelConfig
+from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import (
     RATE,
     REPO,

@@ -17,10 +17,10 @@ torch = pytest.importorskip("torch")
 
 import reference as ref  # noqa: E402
 
-from fixtures.audio import noisy_speech  # noqa: E402
-from fixtures.checkpoints import TINY_CONFIG, make_weights  # noqa: E402
 from speechlens_cli import checkpoint  # noqa: E402
 from speechlens_cli.bench import torch_peer  # noqa: E402
+from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, make_weights  # noqa: E402
+from speechlens_cli.synthetic.speech import noisy_speech  # noqa: E402
 
 REFERENCE_BOUND = 2e-5
 TINY_MLX_BOUND = 5e-5

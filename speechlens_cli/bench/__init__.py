@@ -1,7 +1,7 @@
-"""`speechlens bench`: end-to-end benchmark, component profile and PyTorch peer (issue 5).
+"""`speechlens bench`: end-to-end benchmark, component profile and PyTorch peer.
 
-The command is imported at the top of speechlens_cli/cli.py and added to the CLI group at its end;
-everything else lives in this package and is imported only when the command runs.
+speechlens_cli/cli/__init__.py adds the command to the CLI group; everything else lives in this
+package and is imported only when the command runs.
 
 - runner.py: windowed end-to-end timings of speechlens (and the peer) per case;
 - cases.py: the matrix (5 s at 16/44.1/48 kHz, 120 s at 16/44.1 kHz, 30 s at 48 kHz for the
@@ -14,11 +14,21 @@ everything else lives in this package and is imported only when the command runs
 from __future__ import annotations
 
 import datetime as _dt
+import os
 import sys
+from pathlib import Path
 
 import click
 
-DEFAULT_OUT = "docs/bench"
+from ..pipeline import DEFAULT_DEVICE, DEVICES, OVERLAP_RANGE
+
+
+def default_out() -> Path:
+    """Where reports go without --out: a folder of the user's own
+    (``$XDG_DATA_HOME/speechlens/bench``, default ``~/.local/share/speechlens/bench``), never the
+    current folder. ``make bench`` passes ``--out docs/bench``."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "speechlens" / "bench"
 
 
 def _now() -> str:
@@ -52,15 +62,16 @@ def _now() -> str:
               help="Peer trials (default: 3 on a GPU, 2 on the CPU).")
 @click.option("--peer-device", default="auto", show_default=True,
               help="torch device for the peer: auto (cuda, else mps, else cpu), cpu, cuda, mps.")
-@click.option("--overlap", type=click.FloatRange(0.0, 0.5), default=None,
+@click.option("--overlap", type=click.FloatRange(*OVERLAP_RANGE), default=None,
               help="Window overlap (default: the CLI's).")
 @click.option("--model", default=None,
               help="Checkpoint to time (default: nvidia/RE-USE if cached, else a random "
                    "full-size checkpoint of the same layout).")
-@click.option("--device", type=click.Choice(["auto", "gpu", "cpu"]), default="auto",
+@click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
               show_default=True, help="MLX device.")
-@click.option("--out", "out_dir", default=DEFAULT_OUT, show_default=True,
-              type=click.Path(file_okay=False), help="Folder for the JSON and Markdown reports.")
+@click.option("--out", "out_dir", default=None, type=click.Path(file_okay=False),
+              help="Folder for the JSON and Markdown reports [default: "
+                   "$XDG_DATA_HOME/speechlens/bench, else ~/.local/share/speechlens/bench].")
 @click.option("--name", default=None,
               help="Report file name without suffix (default: the machine kind, e.g. "
                    "cpu-intel-xeon-2cores or cuda-nvidia-h200).")
@@ -81,8 +92,6 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
                   profile, profile_rate, profile_seconds, profile_runs, profile_warmup,
                   profile_strict):
     """Time speechlens end to end (and the PyTorch peer); write JSON + Markdown reports."""
-    from pathlib import Path
-
     from . import cases as matrix
 
     if list_cases:
@@ -110,19 +119,20 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
     def log(line: str) -> None:
         click.echo(line, err=True)
 
+    out_dir = Path(out_dir) if out_dir is not None else default_out()
+
     if profile:
-        _profile(model, Path(out_dir), name, profile_rate, profile_seconds, profile_runs,
+        _profile(model, out_dir, name, profile_rate, profile_seconds, profile_runs,
                  profile_warmup, profile_strict, gpu, log)
         return
     _bench(patterns or matrix.DEFAULT_CASES["gpu" if gpu else "cpu"], warmup, trials, budget_s,
            peer, peer_cases or matrix.DEFAULT_PEER_CASES, peer_warmup, peer_trials, peer_device,
-           overlap, model, Path(out_dir), name, gpu, log)
+           overlap, model, out_dir, name, gpu, log)
 
 
 def _bench(patterns, warmup, trials, budget_s, peer, peer_cases, peer_warmup, peer_trials,
            peer_device, overlap, model, out_dir, name, gpu, log):
     import tempfile
-    from pathlib import Path
 
     from ..errors import UsageError
     from ..pipeline import DEFAULT_OVERLAP
@@ -176,12 +186,11 @@ def _bench(patterns, warmup, trials, budget_s, peer, peer_cases, peer_warmup, pe
 
 def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log):
     import tempfile
-    from pathlib import Path
 
     from .. import checkpoint
     from . import report as rep
     from .environment import environment, load_average, machine_kind
-    from .inputs import bench_checkpoint, noisy_speech
+    from .inputs import bench_checkpoint, bench_speech
     from .profile import run_profile
 
     machine = machine_kind()
@@ -191,7 +200,7 @@ def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log
     with tempfile.TemporaryDirectory(prefix="speechlens-bench-ckpt-") as tmp:
         ckpt = bench_checkpoint(model, Path(tmp))
         net = checkpoint.load_model(str(ckpt.weights.parent), download=False)
-    audio, how = noisy_speech(rate, seconds)
+    audio, how = bench_speech(rate, seconds)
     report = {"schema": 1, "kind": "profile", "machine": machine, "started": _now(),
               "environment": environment(), "checkpoint": ckpt.description, "fixture": how}
     log(f"speechlens bench --profile on {machine}: {seconds:g} s at {rate} Hz")

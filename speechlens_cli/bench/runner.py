@@ -33,7 +33,7 @@ from .. import audio as audio_io
 from ..pipeline import DEFAULT_OVERLAP, Geometry, enhance_stream
 from . import cases as matrix
 from .environment import load_average
-from .inputs import BenchCheckpoint, noisy_speech
+from .inputs import BenchCheckpoint, bench_speech
 
 Log = Callable[[str], None]
 
@@ -178,7 +178,7 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
         for key, group in groups.items():
             seconds, rate, _window = key
             if (seconds, rate) not in inputs:
-                audio, how = noisy_speech(rate, seconds)
+                audio, how = bench_speech(rate, seconds)
                 path = tmp / f"in-{seconds:g}s-{rate}.wav"
                 sf.write(str(path), audio, rate, subtype="FLOAT")
                 inputs[(seconds, rate)] = path
