@@ -75,7 +75,7 @@ setup(
                                      exclude=["*.__pycache__", "speechlens_cli.kernel_src"])
     + ["speechlens_cli.kernel_src"],
     package_dir={"speechlens_cli.kernel_src": "kernels"},
-    package_data={"speechlens_cli.kernel_src": ["*.h", "*.metal", "*.cu", "*.cpp"]},
+    package_data={"speechlens_cli.kernel_src": ["*.h", "*.cpp"]},
     # the shims that let tests compile the Metal/CUDA bodies as C++ are not needed at run time
     exclude_package_data={"speechlens_cli.kernel_src": ["*_cpu_shim.h"]},
     ext_modules=[cpu_kernels, blas_shim],

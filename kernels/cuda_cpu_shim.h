@@ -1,4 +1,4 @@
-// cuda_cpu_shim.h -- the CUDA names that sl_backend_cuda.h and the *.cu kernel bodies use,
+// cuda_cpu_shim.h -- the CUDA names that sl_backend_cuda.h and the *_body.h kernel bodies use,
 // defined for a C++17 CPU compiler, so tests/test_metal_source.py can also compile the CUDA
 // kernels' per-thread logic without a GPU. Not used on a GPU (MLX compiles the real thing with
 // NVRTC). __expf is the C library's expf here; the __f*_rn intrinsics are plain IEEE float

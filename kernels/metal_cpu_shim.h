@@ -1,4 +1,4 @@
-// metal_cpu_shim.h -- the few Metal names that sl_backend_metal.h and the *.metal kernel bodies
+// metal_cpu_shim.h -- the few Metal names that sl_backend_metal.h and the *_body.h kernel bodies
 // use, defined for a C++17 CPU compiler, so tests/test_metal_source.py can compile the Metal
 // kernels' per-thread logic on a machine without Metal and check it against the float64
 // reference. Not used on a GPU.

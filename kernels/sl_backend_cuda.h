@@ -7,6 +7,10 @@
 #define SL_BACKEND_CUDA 1
 #define SL_FN __device__ __forceinline__
 #define SL_I64 long long
+// The kernel bodies' thread index and its type; the argument (Metal's thread attribute, named
+// in the shared bodies) is not used here.
+#define SL_INDEX long long
+#define SL_THREAD_INDEX(position) ((long long)blockIdx.x * blockDim.x + threadIdx.x)
 #define SL_SPLAT(V, s) ((V)(s))
 #define SL_LOAD(V, p) ((V)(p)[0])
 #define SL_LOAD_STRIDED(V, p, s) ((V)(p)[0])

@@ -7,6 +7,11 @@
 #define SL_BACKEND_METAL 1
 #define SL_FN inline
 #define SL_I64 int64_t
+// The kernel bodies' thread index and its type. The bodies name `thread_position_in_grid`
+// (as this macro's argument): MLX adds that attribute to the signature only when the body
+// mentions it.
+#define SL_INDEX uint
+#define SL_THREAD_INDEX(position) ((position).x)
 #define SL_SPLAT(V, s) ((V)(s))
 #define SL_LOAD(V, p) ((V)(p)[0])
 #define SL_LOAD_STRIDED(V, p, s) ((V)(p)[0])

@@ -1,8 +1,8 @@
 """The Metal (and CUDA) kernel sources, compiled as C++ on the CPU and checked against float64.
 
 Metal cannot run on Linux and CI has no NVIDIA GPU, so this test builds the *shipped* kernel
-sources -- ``kernels/sl_backend_metal.h`` + ``kernels/sl_mamba.h`` + the ``*.metal`` bodies, and
-likewise the CUDA backend and ``*.cu`` bodies -- into a CPU library, with a shim header for the
+sources -- ``kernels/sl_backend_metal.h`` + ``kernels/sl_mamba.h`` + the ``*_body.h`` bodies, and
+likewise the CUDA backend with the same bodies -- into a CPU library, with a shim header for the
 few Metal/CUDA names they use (``kernels/metal_cpu_shim.h``, ``kernels/cuda_cpu_shim.h``). The
 harness wraps each body in the same signature MLX generates (pointers, ``<name>_shape`` and
 ``<name>_strides`` for the names the body mentions, template constants DI/NS/STRICT) and runs one
@@ -57,9 +57,8 @@ def _signature(which: str, inputs: tuple[str, ...], body: str) -> str:
 
 def _harness(which: str) -> str:
     src = kernels.kernel_source_dir()
-    ext = "metal" if which == "metal" else "cu"
-    conv_body = (src / f"causal_conv1d.{ext}").read_text()
-    scan_body = (src / f"selective_scan.{ext}").read_text()
+    conv_body = (src / "causal_conv1d_body.h").read_text()
+    scan_body = (src / "selective_scan_body.h").read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
     lines = [
         f'#include "{shim}"',
@@ -71,12 +70,12 @@ def _harness(which: str) -> str:
         "",
         "template <int DI>",
         f"void conv_kernel(\n    {_signature(which, kernels.CONV_INPUTS, conv_body)}) {{",
-        f'#include "causal_conv1d.{ext}"',
+        '#include "causal_conv1d_body.h"',
         "}",
         "",
         "template <int DI, int NS, bool STRICT>",
         f"void scan_kernel(\n    {_signature(which, kernels.SCAN_INPUTS, scan_body)}) {{",
-        f'#include "selective_scan.{ext}"',
+        '#include "selective_scan_body.h"',
         "}",
         "",
         "namespace {",

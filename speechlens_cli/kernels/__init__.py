@@ -3,10 +3,10 @@
 Every Mamba call runs both (docs/kernels.md). The per-thread logic lives once, in
 ``kernels/sl_mamba.h``, and runs on three backends:
 
-* **Metal** (``mx.metal.is_available()``): ``mx.fast.metal_kernel`` with the bodies
-  ``kernels/*.metal``;
-* **CUDA** (``mx.cuda.is_available()``, ``mlx[cuda13]``): ``mx.fast.cuda_kernel`` with the bodies
-  ``kernels/*.cu``;
+* **Metal** (``mx.metal.is_available()``): ``mx.fast.metal_kernel``;
+* **CUDA** (``mx.cuda.is_available()``, ``mlx[cuda13]``): ``mx.fast.cuda_kernel``; both run the
+  same bodies ``kernels/*_body.h`` with their backend header (``sl_backend_metal.h``,
+  ``sl_backend_cuda.h``);
 * **CPU** (the default device is the CPU, or no GPU backend): the same header compiled into a
   small C++ library (``kernels/cpu_kernels.cpp``; built by ``pip install`` as
   ``speechlens_cli/_cpu_kernels*.so``, else compiled on first use into a cache folder), called

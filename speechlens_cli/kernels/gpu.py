@@ -11,7 +11,7 @@ from .contract import CONV_WIDTH, D_STATE
 from .notices import warn_once
 from .sources import source
 
-# mx.fast kernel signatures (the bodies in kernels/*.metal|*.cu use these names).
+# mx.fast kernel signatures (the bodies kernels/*_body.h use these names).
 CONV_INPUTS = ("x", "weight", "bias")
 SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
 OUTPUTS = ("out",)
@@ -26,12 +26,12 @@ def _gpu_kernel(name: str, which: str):
     if which == "metal":
         return mx.fast.metal_kernel(
             name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
-            source=source(f"{name}.metal"), header=source("sl_backend_metal.h") + common,
+            source=source(f"{name}_body.h"), header=source("sl_backend_metal.h") + common,
             ensure_row_contiguous=False)
     if which == "cuda":
         return mx.fast.cuda_kernel(
             name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
-            source=source(f"{name}.cu"), header=source("sl_backend_cuda.h") + common,
+            source=source(f"{name}_body.h"), header=source("sl_backend_cuda.h") + common,
             ensure_row_contiguous=False)
     raise ValueError(f"no GPU kernels for backend {which!r}")
 
