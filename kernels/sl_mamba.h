@@ -41,7 +41,8 @@
 #endif
 #define SL_LOG2E_F32 1.44269502f  // float(log2(e))
 
-// Strict-mode decay: bitcast polynomial exp(x) for x <= 0 (spec/kernels.md).
+// Strict-mode decay: bitcast polynomial exp(x) for x <= 0, the same operations on every backend
+// (no library exp, whose rounding differs between them).
 //   y = x*log2(e); k = rint(y); f = y - k; p(f) by Horner (6th degree, no FMA);
 //   result = p * 2^k with 2^k from the exponent field when k >= -126, else 0.
 // Clamping y at -127 first keeps the integer conversion in range (and NaN out of it): any

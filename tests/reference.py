@@ -1,7 +1,8 @@
 """Independent float64 NumPy reference of the RE-USE (SEMamba) forward pass.
 
-Ground truth for the MLX implementation in the tests. Written from the project spec
-(/work/shared/spec/model.md sections 1.2-1.8 and 2, spec/kernels.md); it deliberately does not
+Ground truth for the MLX implementation in the tests. Written from the official model's
+architecture (STFT rule, generator, encoder/decoders, TF-Mamba blocks), mamba_ssm's reference
+Mamba math and the kernels' standard and strict modes (docs/kernels.md); it deliberately does not
 import anything from ``speechlens_cli`` so that it stays independent of the code it checks.
 Only NumPy and the standard library are used.
 
@@ -79,7 +80,7 @@ def _make_even(v: int) -> int:
 
 
 def stft_params(sample_rate: int, cfg: dict) -> tuple[int, int, int]:
-    """(n_fft, hop, win) at ``sample_rate``: ``make_even(base * sr // base_sr)`` (model.md 1.2).
+    """(n_fft, hop, win) at ``sample_rate``: ``make_even(base * sr // base_sr)``.
 
     ``cfg`` may be the whole config.json dict or just its ``stft_cfg``. With ``sfi`` false the
     base values are used unscaled.
@@ -138,7 +139,7 @@ def _stft_complex(x: np.ndarray, n_fft: int, hop: int, win: int) -> np.ndarray:
     frames = raw * _window(n_fft, win)[None, :]
     spec = np.fft.rfft(frames, n=n_fft, axis=-1).T  # [F, T]
     # A frame that is exactly symmetric about its centre sample has a real spectrum; its
-    # computed imaginary part is rounding noise whose sign would decide +-pi (model.md 1.8).
+    # computed imaginary part is rounding noise whose sign would decide +-pi.
     half = n_fft // 2
     k = np.arange(1, half)
     symmetric = np.all(raw[:, half + k] == raw[:, half - k], axis=1)
@@ -152,7 +153,7 @@ def _stft_complex(x: np.ndarray, n_fft: int, hop: int, win: int) -> np.ndarray:
 
 
 def reference_stft(x: np.ndarray, sample_rate: int, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
-    """``(log1p(|X|), angle(X))``, each ``[F, T]`` with ``T = 1 + N // hop`` (model.md 1.2)."""
+    """``(log1p(|X|), angle(X))``, each ``[F, T]`` with ``T = 1 + N // hop``."""
     n_fft, hop, win = stft_params(sample_rate, cfg)
     spec = _stft_complex(x, n_fft, hop, win)
     mag = np.log1p(np.abs(spec))
@@ -327,7 +328,7 @@ def reference_causal_conv1d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray)
 
 
 def reference_selective_scan(u, delta_raw, A_log, B, C, D, z) -> np.ndarray:
-    """Selective scan in float64 (kernels.md; model.md section 2 steps 4-8).
+    """Selective scan in float64 (both modes: docs/kernels.md).
 
     u, delta_raw, z: [B, L, D]; B, C: [B, L, N]; A_log: [D, N]; D: [D]. delta_raw is the
     dt_proj output with its bias already added; softplus is applied here.
@@ -351,7 +352,7 @@ def reference_selective_scan(u, delta_raw, A_log, B, C, D, z) -> np.ndarray:
 
 
 def reference_mamba(W: dict, p: str, u: np.ndarray, cfg: dict) -> np.ndarray:
-    """One bare ``mamba_ssm.Mamba`` (model.md section 2) on u [N, L, d_model]."""
+    """One bare ``mamba_ssm.Mamba`` (its reference path) on u [N, L, d_model]."""
     s = _sizes(cfg)
     d_inner, dt_rank, d_state = s["d_inner"], s["dt_rank"], s["d_state"]
     x_proj = W[p + ".x_proj.weight"]
@@ -370,7 +371,8 @@ def reference_mamba(W: dict, p: str, u: np.ndarray, cfg: dict) -> np.ndarray:
 
 
 def reference_bimamba(W: dict, p: str, x: np.ndarray, cfg: dict) -> np.ndarray:
-    """``MambaBlock`` (model.md 1.5) on x [N, L, C], without the outer residual."""
+    """``MambaBlock`` (bidirectional, as in the TF-Mamba block) on x [N, L, C], without the
+    outer residual."""
     out_fw = reference_mamba(W, p + ".forward_blocks", x, cfg) + x
     xr = x[:, ::-1]
     out_bw = (reference_mamba(W, p + ".backward_blocks", xr, cfg) + xr)[:, ::-1]
@@ -409,7 +411,8 @@ def _as_f64(weights: dict) -> dict:
 
 def reference_forward(weights: dict, cfg: dict, mag: np.ndarray, pha: np.ndarray,
                       ) -> tuple[np.ndarray, np.ndarray]:
-    """Generator (model.md 1.3-1.5) for one channel: [F, T] in, [F, T] out (cropped).
+    """Generator (encoder, TF-Mamba blocks, decoders) for one channel: [F, T] in, [F, T] out
+    (cropped).
 
     Returns the enhanced compressed magnitude and the phase.
     """
@@ -506,7 +509,7 @@ def reference_exp_poly(x) -> np.ndarray:
 # --------------------------------------------------------------------------------------------
 
 def weight_shapes(cfg: dict, dense_depth: int = 4) -> dict[str, tuple[int, ...]]:
-    """Official key -> torch shape for a config (model.md 3.2)."""
+    """Official key -> torch shape for a config (the layout of NVIDIA's checkpoint)."""
     s = _sizes(cfg)
     c, di, rk, ds, kc = s["hid"], s["d_inner"], s["dt_rank"], s["d_state"], s["d_conv"]
     out: dict[str, tuple[int, ...]] = {}

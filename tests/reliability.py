@@ -1,4 +1,5 @@
-"""Helpers shared by tests/test_reliability_*.py (issue 6: hostile inputs, faults, interruptions).
+"""Helpers shared by tests/test_reliability_*.py (docs/reliability.md: hostile inputs, faults,
+interruptions).
 
 Every reliability test ends with the same audit: no temporary output anywhere, and every output
 that exists is complete. `audit_outputs` is that check; "files lost" in docs/reliability.md is the

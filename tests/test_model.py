@@ -1,7 +1,7 @@
 """The MLX model against the independent float64 reference (tests/reference.py).
 
-Tolerances (waveform relative RMSE) come from the core issue: <= 5e-5 on the tiny checkpoint,
-<= 1e-4 on the full-size one. float32 rounding alone measures ~2-6e-6 here.
+Tolerances (waveform relative RMSE), the accuracy speechlens promises: <= 5e-5 on the tiny
+checkpoint, <= 1e-4 on the full-size one. float32 rounding alone measures ~2-6e-6 here.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Reliability, damaged checkpoints and caches through `speechlens enhance --model` (issue 6,
-part 2).
+"""Reliability, damaged checkpoints and caches through `speechlens enhance --model`
+(docs/reliability.md, section 2).
 
 tests/test_checkpoint.py proves the checks themselves through `models verify` and the API
 (truncated file, huge header length, wrong dtype and shape, missing/extra keys, NaN weights,

@@ -1,4 +1,4 @@
-"""Reliability, the file system fails under us (issue 6, part 3).
+"""Reliability, the file system fails under us (docs/reliability.md, section 3).
 
 Faults are injected in two ways: in-process (monkeypatched soundfile writes, an os layer that
 refuses writes as a read-only mount or missing permission would, a folder removed mid-run) and

@@ -1,4 +1,4 @@
-"""Reliability, hostile audio inputs (issue 6, part 1).
+"""Reliability, hostile audio inputs (docs/reliability.md, section 1).
 
 Every input below goes through `speechlens enhance` with the tiny fixture model at 8 kHz. A bad
 input gives exactly one "error: <file>: <reason>" line, a non-zero exit and creates nothing; a

@@ -1,4 +1,4 @@
-"""Reliability, interruptions (issue 6, part 4).
+"""Reliability, interruptions (docs/reliability.md, section 4).
 
 One chain of real processes over a 12-file batch (0.25-s files, tiny model): each run is
 interrupted (SIGINT and SIGTERM in turn) at a seeded random moment after its first temporary file

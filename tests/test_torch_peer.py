@@ -4,7 +4,8 @@ Skipped when torch is not installed (it is the optional extra `speechlens[bench]
 
 Tolerances (waveform relative RMSE): the peer against the float64 reference <= 2e-5 on the tiny
 checkpoint (measured ~2.4-3.6e-6, float32 rounding); the peer against speechlens (MLX) <= 5e-5
-on the tiny checkpoint and <= 1e-4 on the full-size one (the issue's bound; ~1e-5 measured).
+on the tiny checkpoint and <= 1e-4 on the full-size one (speechlens's accuracy bound; ~1e-5
+measured).
 """
 
 from __future__ import annotations

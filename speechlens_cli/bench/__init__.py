@@ -8,7 +8,7 @@ package and is imported only when the command runs.
   memory target; windows of 5 and 30 s; standard and strict) and the per-backend defaults;
 - profile.py: per-component profile with evaluation barriers (--profile);
 - torch_peer.py: the same model in plain PyTorch (optional extra `speechlens[bench]`);
-- report.py: JSON + Markdown reports and the issue's targets; environment.py: what they name.
+- report.py: JSON + Markdown reports and the performance targets; environment.py: what they name.
 """
 
 from __future__ import annotations

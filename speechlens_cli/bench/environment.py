@@ -118,7 +118,8 @@ def revision() -> str:
 
 
 def environment(peer: dict | None = None) -> dict[str, str]:
-    """Everything a report must name (spec/kernels.md), as display strings."""
+    """Everything a report must name to be reproduced (hardware, software, kernels, settings),
+    as display strings."""
     info = kernels.kernel_info()
     which = info["backend"]
     env = {

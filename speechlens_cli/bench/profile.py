@@ -16,7 +16,7 @@ it is): the model code is untouched (wrapping swaps each module's class for a ti
 puts it back afterwards), so the profile follows whatever the model does now, including kernel
 fusions. Barriers cost something (no cross-op scheduling, one synchronisation per component,
 about 2,000 per run), so the sum exceeds the unprofiled end-to-end time; the report shows both and
-reads the components as a within-run ranking, like the seed design's table.
+reads the components as a within-run ranking.
 """
 
 from __future__ import annotations

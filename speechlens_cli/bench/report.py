@@ -9,7 +9,7 @@ from pathlib import Path
 MIB = 2**20
 GB = 1e9
 
-#: Issue 5's targets (benchmarks, not unit tests).
+#: The performance targets a run is judged against (benchmarks, not unit tests).
 GPU_5S_44K_SECONDS = 0.15
 GPU_PEER_SPEEDUP = 10.0
 CPU_PEER_SPEEDUP = 3.0
@@ -49,7 +49,7 @@ def speedups(report: dict) -> list[dict]:
 
 
 def targets(report: dict) -> list[dict]:
-    """Each target of issue 5 that applies to this backend, with what was measured."""
+    """Each target that applies to this backend, with what was measured."""
     backend = report["environment"].get("mlx backend", "cpu")
     rows = []
     arch = report.get("architecture", FULL_SIZE)
@@ -225,7 +225,7 @@ def markdown(report: dict) -> str:
                          f"{_mib(p['rss_peak_bytes'])} |")
         lines += ["", ("Speedup = peer median / speechlens median. Parity: waveform relative RMSE "
                       "of the peer's output against speechlens's (expected <= 1e-4).")]
-    lines += ["", "## Targets (issue 5)", "", "| target | measured | met |", "|---|---|---|"]
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in report.get("targets", []):
         lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
     return "\n".join(lines) + "\n"

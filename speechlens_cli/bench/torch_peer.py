@@ -1,17 +1,17 @@
 """The benchmark peer: RE-USE (SEMamba) in plain PyTorch, as a PyTorch user without mamba_ssm's
 CUDA kernels would run it.
 
-Written from the project spec (/work/shared/spec/model.md sections 1-2), channel-first (NCHW) like
-the original torch model, loading the same official-layout ``model.safetensors`` + ``config.json``
-that speechlens loads. The selective scan is a plain per-step loop over time, vectorised over
-batch, channels and state, with bounded memory (the state is updated in place of materialising
-``exp(dt*A)`` for every step). Everything runs in float32 on one torch device (CPU here, CUDA on
-an NVIDIA GPU).
+Written from the official model's architecture and mamba_ssm's reference Mamba math rather than
+from speechlens's MLX code, channel-first (NCHW) like the original torch model, loading the same
+official-layout ``model.safetensors`` + ``config.json`` that speechlens loads. The selective
+scan is a plain per-step loop over time, vectorised over batch, channels and state, with
+bounded memory (the state is updated in place of materialising ``exp(dt*A)`` for every step).
+Everything runs in float32 on one torch device (CPU here, CUDA on an NVIDIA GPU).
 
 Needs ``torch`` (``pip install 'speechlens[bench]'``); users of speechlens never do: only
 ``speechlens bench`` and ``tests/test_torch_peer.py`` import this module.
 
-Frame-0 phase (spec model.md 1.8): a frame that is exactly mirror-symmetric about its centre
+Frame-0 phase: a frame that is exactly mirror-symmetric about its centre
 (frame 0 under reflect padding, the last frame when ``N mod hop == 1``) has a real spectrum, and
 so do the DC and Nyquist bins; the imaginary part there is rounding noise whose sign decides
 +pi or -pi. Like speechlens and the float64 reference, the peer snaps those bins to a real

@@ -55,9 +55,11 @@ def _analysis_plan(num_samples: int, p: StftParams) -> tuple[mx.array, mx.array,
 def stft(x: mx.array, p: StftParams) -> tuple[mx.array, mx.array]:
     """x [B, N] -> (log1p magnitude, phase), each [B, T, F] with T = 1 + N // hop.
 
-    Bins whose exact spectrum is real get an imaginary part of exactly +0 (and signed zeros are
-    made +0), so their phase is 0 or +pi on every backend instead of the sign of rounding noise
-    (spec model.md 1.8): the result is deterministic and the same on CPU, Metal and CUDA.
+    Bins whose exact spectrum is real (every bin of a mirror-symmetric frame: frame 0 under
+    reflect padding, the last frame when N mod hop == 1; DC and Nyquist) get an imaginary part of
+    exactly +0 (and signed zeros are made +0), so their phase is 0 or +pi on every backend
+    instead of the sign of rounding noise, which differs between FFT libraries and which the
+    model reads as an input: the result is deterministic and the same on CPU, Metal and CUDA.
     """
     batch, num_samples = x.shape
     index, window, real_bins = _analysis_plan(num_samples, p)
