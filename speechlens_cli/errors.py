@@ -1,4 +1,4 @@
-"""Typed failures. The CLI maps each to one line and an exit code in one place (cli.py)."""
+"""Typed failures. The CLI maps each to one line and an exit code in one place (cli/app.py)."""
 
 from __future__ import annotations
 

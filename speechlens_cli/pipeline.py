@@ -181,5 +181,6 @@ def enhance_stream(
         except BaseException:
             sink.abandon()
             raise
-        sink.finish()
+        sink.close()
+    sink.verify()
     return StreamResult(sink.written, len(starts), sink.clamped)

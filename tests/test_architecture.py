@@ -2,12 +2,14 @@
 
 The same rule holds one level down, inside each package (SUBLAYERS); the kernels' build
 description stays loadable without the package (setup.py runs before it is installed), and
-nothing in the package reaches into the checkout's tests or fixtures.
+nothing in the package reaches into the checkout's tests or fixtures, and only one module uses
+soundfile's internals.
 """
 
 from __future__ import annotations
 
 import ast
+import re
 import sys
 from pathlib import Path
 
@@ -38,6 +40,8 @@ SUBLAYERS = {
 }
 #: Loaded by path from setup.py, before speechlens (and MLX) is installed: standard library only.
 STANDALONE = ("kernels", "build")
+#: The one module allowed to use soundfile's private cffi handles.
+SOUNDFILE_INTERNALS = ("audio", "libsndfile.py")
 #: Checkout folders that an installed speechlens does not have.
 CHECKOUT_ONLY = ("fixtures", "tests", "reference")
 
@@ -143,6 +147,16 @@ def test_nothing_in_the_package_imports_the_checkout():
              for path in sorted(PACKAGE.rglob("*.py"))
              for name in sorted(_top_level_imports(path.read_text()) & set(CHECKOUT_ONLY))]
     assert not found, "\n".join(found)
+
+
+def test_only_audio_libsndfile_reaches_into_soundfile_internals():
+    """soundfile's cffi handles are not its API: one module may use them, where a release that
+    drops them is noticed at once."""
+    private = re.compile(r"\bsf\._|[\"']_(?:snd|ffi)[\"']|\._file\b")
+    found = [str(path.relative_to(PACKAGE)) for path in sorted(PACKAGE.rglob("*.py"))
+             if path.relative_to(PACKAGE) != Path(*SOUNDFILE_INTERNALS)
+             and private.search(path.read_text())]
+    assert not found, f"soundfile internals used outside audio/libsndfile.py: {found}"
 
 
 def test_the_checker_flags_an_upward_import():

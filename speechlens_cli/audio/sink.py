@@ -65,13 +65,15 @@ class Sink:
         with contextlib.suppress(Exception):
             self.file.close()
 
-    def finish(self) -> None:
-        """Close (flushes the encoder and finishes the header: it can fail too), then read the
-        file back: every frame written must decode."""
+    def close(self) -> None:
+        """Flushes the encoder and finishes the header: it can fail too."""
         try:
             self.file.close()
         except libsndfile.ERRORS as error:
             raise OutputError(f"{self.shown}: write failed ({write_reason(error)})") from None
+
+    def verify(self) -> None:
+        """After close: every frame written must read back (see check_written)."""
         check_written(self.path, self.written, self.shown)
 
 

@@ -51,6 +51,7 @@ def _sigterm_interrupts():
     finally:
         signal.signal(signal.SIGTERM, previous)
 
+
 @main.command(context_settings={"show_default": True})
 @click.argument("paths", nargs=-1, required=True, metavar="SOURCE... [DESTINATION]")
 @click.option("-o", "--output-dir", default=None,
