@@ -34,9 +34,6 @@ class FileResult:
     def __getitem__(self, key: str) -> Any:
         return self.fields[key]
 
-    def with_fields(self, **more: Any) -> FileResult:
-        return FileResult(self.input, self.output, self.status, {**self.fields, **more})
-
     def as_dict(self) -> dict[str, Any]:
         """The JSON form: input, output and status first, then the fields."""
         return {"input": self.input, "output": self.output, "status": self.status.value,
