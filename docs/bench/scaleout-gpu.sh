@@ -11,7 +11,7 @@ $PY -m fixtures.checkpoints "$WORK/ck" --size full
 $PY - "$WORK/batch" <<'PYEOF'
 import os, sys
 import numpy as np, soundfile as sf
-from fixtures.audio import noisy_speech
+from speechlens_cli.synthetic.speech import noisy_speech
 folder = sys.argv[1]; os.makedirs(folder)
 rng = np.random.default_rng(7)
 total = 0.0
