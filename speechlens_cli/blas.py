@@ -68,7 +68,8 @@ def preload() -> str | None:
         loaded = found[0]
         status = f"using {loaded}, {threading}"
         return loaded
-    status = f"no optimized BLAS found ({INSTALL_HINT})"
+    if status == "not attempted":
+        status = f"no optimized BLAS found ({INSTALL_HINT})"
     return None
 
 
@@ -87,7 +88,7 @@ def _scipy_openblas() -> tuple[str, ctypes.CDLL] | None:
 def _bind(name: str, library: ctypes.CDLL) -> str | None:
     """Point the shim's cblas_sgemm at `library`'s and make it global; returns how it threads,
     or None if either lacks what is needed (the shim is built at install time by a C compiler)."""
-    global threads
+    global status, threads
     sgemm = next((getattr(library, s) for s in ("scipy_cblas_sgemm", "cblas_sgemm")
                   if hasattr(library, s)), None)
     shims = sorted(Path(__file__).parent.glob("_blas_shim*.so"))
@@ -100,6 +101,11 @@ def _bind(name: str, library: ctypes.CDLL) -> str | None:
             set_threads = ctypes.cast(getattr(library, set_name), ctypes.c_void_p)
             break
     try:
+        # Checked while still private: a shim left by an older build must never become global
+        # (MLX would bind to a cblas_sgemm that forwards nowhere).
+        if not hasattr(ctypes.CDLL(str(shims[0])), "speechlens_blas_threads"):
+            status = f"{shims[0].name} is from an older build: reinstall speechlens"
+            return None
         shim = ctypes.CDLL(str(shims[0]), mode=ctypes.RTLD_GLOBAL)
     except OSError:
         return None
