@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install test test-fast demo bench lint clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[dev]'

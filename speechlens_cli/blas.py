@@ -1,14 +1,18 @@
-"""Fast BLAS for MLX's Linux CPU backend.
+"""Fast BLAS for MLX's Linux CPU backend, with results independent of the thread count.
 
 The Linux `mlx[cpu]` wheel links the slow reference BLAS (~4 GFLOP/s here). Loading an
-optimized BLAS with RTLD_GLOBAL *before* MLX is imported puts its `cblas_sgemm` first in the
+optimized BLAS's `cblas_sgemm` with RTLD_GLOBAL *before* MLX is imported puts it first in the
 dynamic linker's global scope, so MLX binds to it (~5-7x faster matmuls, measured). This module
 must therefore be imported before `mlx.core`; speechlens_cli/__init__.py does so.
 
-First choice is scipy-openblas32, a PyPI dependency on Linux, reached through the small
-`_blas_shim` library (csrc/blas_shim.c) because its symbols carry a `scipy_` prefix; then a
-system OpenBLAS/BLIS/MKL. SPEECHLENS_BLAS=off keeps MLX's own BLAS; SPEECHLENS_BLAS=/path/to/lib.so
-picks a library.
+MLX's calls go through the small `_blas_shim` library (csrc/blas_shim.c): it reaches
+scipy-openblas32, whose symbols carry a `scipy_` prefix, and it runs the BLAS single-threaded
+over blocks of rows that depend on the shape alone, spread over the threads the BLAS would have
+used. OpenBLAS's own threading rounds differently with 1 and 2 threads on some CPUs (AMD Zen,
+measured), so without the shim the output would depend on OPENBLAS_NUM_THREADS.
+
+First choice is scipy-openblas32, a PyPI dependency on Linux; then a system OpenBLAS/BLIS/MKL.
+SPEECHLENS_BLAS=off keeps MLX's own BLAS; SPEECHLENS_BLAS=/path/to/lib.so picks a library.
 """
 
 from __future__ import annotations
@@ -23,10 +27,17 @@ CANDIDATES = ("libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0", "libbli
               "libmkl_rt.so.2")
 INSTALL_HINT = ("install an optimized BLAS (Debian/Ubuntu: `apt install libopenblas0`; "
                 "Fedora: `dnf install openblas`) or point SPEECHLENS_BLAS at one")
+#: (get, set) thread-count functions of the BLAS libraries speechlens knows, by symbol prefix.
+THREAD_CONTROLS = (("scipy_openblas_get_num_threads", "scipy_openblas_set_num_threads"),
+                   ("openblas_get_num_threads", "openblas_set_num_threads"),
+                   ("bli_thread_get_num_threads", "bli_thread_set_num_threads"),
+                   ("MKL_Get_Max_Threads", "MKL_Set_Num_Threads"))
 
 #: The library that was loaded, or why none was.
 status: str = "not attempted"
 loaded: str | None = None
+#: Threads the shim spreads a matmul over (None: no shim, or no BLAS loaded).
+threads: int | None = None
 
 
 def preload() -> str | None:
@@ -44,38 +55,65 @@ def preload() -> str | None:
     if choice.lower() in ("off", "0", "none", "reference"):
         status = f"disabled by {BLAS_ENV}"
         return None
-    if not choice:
-        shimmed = _load_scipy_openblas()
-        if shimmed:
-            loaded, status = shimmed, f"using {shimmed}"
-            return shimmed
+    found = None if choice else _scipy_openblas()
     for name in ([choice] if choice else CANDIDATES):
+        if found:
+            break
         try:
-            library = ctypes.CDLL(name, mode=ctypes.RTLD_GLOBAL)
-            library.cblas_sgemm  # noqa: B018 - must export the symbol MLX calls
-        except (OSError, AttributeError):
+            found = (name, ctypes.CDLL(name))
+        except OSError:
             continue
-        loaded, status = name, f"using {name}"
-        return name
-    status = f"no optimized BLAS found ({INSTALL_HINT})"
+    threading = _bind(*found) if found else None
+    if threading:
+        loaded = found[0]
+        status = f"using {loaded}, {threading}"
+        return loaded
+    if status == "not attempted":
+        status = f"no optimized BLAS found ({INSTALL_HINT})"
     return None
 
 
-def _load_scipy_openblas() -> str | None:
-    """Bind the shim's cblas_sgemm to scipy-openblas and make it global; None if unavailable."""
+def _scipy_openblas() -> tuple[str, ctypes.CDLL] | None:
     try:
         import scipy_openblas32
     except ImportError:
         return None
-    shims = sorted(Path(__file__).parent.glob("_blas_shim*.so"))
-    if not shims:
-        return None
+    path = Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
     try:
-        openblas = ctypes.CDLL(
-            str(Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so")
-        )
-        shim = ctypes.CDLL(str(shims[0]), mode=ctypes.RTLD_GLOBAL)
-        shim.speechlens_blas_bind(ctypes.cast(openblas.scipy_cblas_sgemm, ctypes.c_void_p))
-    except (OSError, AttributeError):
+        return f"scipy-openblas32 {scipy_openblas32.__version__}", ctypes.CDLL(str(path))
+    except OSError:
         return None
-    return f"scipy-openblas32 {scipy_openblas32.__version__}"
+
+
+def _bind(name: str, library: ctypes.CDLL) -> str | None:
+    """Point the shim's cblas_sgemm at `library`'s and make it global; returns how it threads,
+    or None if either lacks what is needed (the shim is built at install time by a C compiler)."""
+    global status, threads
+    sgemm = next((getattr(library, s) for s in ("scipy_cblas_sgemm", "cblas_sgemm")
+                  if hasattr(library, s)), None)
+    shims = sorted(Path(__file__).parent.glob("_blas_shim*.so"))
+    if sgemm is None or not shims:
+        return None
+    count, set_threads = 1, None
+    for get_name, set_name in THREAD_CONTROLS:
+        if hasattr(library, get_name) and hasattr(library, set_name):
+            count = int(getattr(library, get_name)())
+            set_threads = ctypes.cast(getattr(library, set_name), ctypes.c_void_p)
+            break
+    try:
+        # Checked while still private: a shim left by an older build must never become global
+        # (MLX would bind to a cblas_sgemm that forwards nowhere).
+        if not hasattr(ctypes.CDLL(str(shims[0])), "speechlens_blas_threads"):
+            status = f"{shims[0].name} is from an older build: reinstall speechlens"
+            return None
+        shim = ctypes.CDLL(str(shims[0]), mode=ctypes.RTLD_GLOBAL)
+    except OSError:
+        return None
+    # A BLAS whose threads speechlens cannot turn off keeps them: its rounding may then depend
+    # on the thread count, so the shim adds no threads of its own.
+    shim.speechlens_blas_bind(ctypes.cast(sgemm, ctypes.c_void_p), set_threads,
+                              count if set_threads else 1)
+    threads = int(shim.speechlens_blas_threads())
+    if set_threads is None:
+        return "its own threads (its rounding may depend on their count)"
+    return f"{threads} thread(s) over fixed row blocks (results independent of the thread count)"

@@ -1,11 +1,12 @@
-"""Reliability, determinism (issue 6, part 5).
+"""Reliability, determinism.
 
 The same input, model and options give byte-identical output: twice in one process, and in
 separate processes. Measured here, not assumed, is which settings change the result (the values
 docs/reliability.md reports): the window geometry and --strict-mode do; so do SPEECHLENS_BLAS=off
 (MLX's reference BLAS instead of OpenBLAS) and the MLX-op fallback for the causal conv; thread
-counts (OPENBLAS_NUM_THREADS, SPEECHLENS_CPU_THREADS) do not. Differences stay at float32
-rounding (< 1e-5 of full scale).
+counts (OPENBLAS_NUM_THREADS, SPEECHLENS_CPU_THREADS) do not, on any CPU: the BLAS shim splits
+products by shape, not by thread (tests/test_blas.py checks that product by product).
+Differences stay at float32 rounding (< 1e-5 of full scale).
 """
 
 from __future__ import annotations
