@@ -315,3 +315,19 @@ def test_peak_memory_does_not_grow_with_file_length(tmp_path, tiny_checkpoint):
 
     assert total(long) <= 1.10 * total(short), (short, long)
     assert long["mlx_peak"] <= 1.10 * short["mlx_peak"], (short, long)
+
+
+def test_soundfile_still_has_what_audio_libsndfile_needs(tmp_path):
+    """soundfile has no public call for leaving out the PEAK chunk or for the errno behind
+    libsndfile's "System error."; audio/libsndfile.py uses its cffi handles for both. A soundfile
+    release without them must fail here, loudly, instead of quietly losing the disk-full reason
+    (the PEAK stamp would also fail the determinism tests)."""
+    from speechlens_cli.audio import libsndfile
+
+    api = libsndfile._private_api()
+    assert api is not None and hasattr(api[1], "errno")
+    path = tmp_path / "float.wav"
+    with sf.SoundFile(str(path), "w", 8000, 1, "FLOAT") as sink:
+        libsndfile.leave_out_peak_chunk(sink)
+        sink.write(np.zeros(16, np.float32))
+    assert b"PEAK" not in path.read_bytes()
