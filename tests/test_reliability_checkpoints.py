@@ -57,6 +57,12 @@ def _config(**model_cfg) -> dict:
     return config
 
 
+def _stft(**stft_cfg) -> dict:
+    config = json.loads(json.dumps(TINY_CONFIG))
+    config["stft_cfg"].update(stft_cfg)
+    return config
+
+
 def _copy_then(edit: Callable[[Path], None]) -> Callable[[Path, Path], Path]:
     def build(folder: Path, good: Path) -> Path:
         shutil.copytree(good, folder)
@@ -131,6 +137,13 @@ CHECKPOINT_FAULTS: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
                                 "norm_epsilon must be a number in (0, 1], got 'tiny'"),
     "config-epsilon-1e999": (_saved(config=json.dumps(_config()).replace(
         '"norm_epsilon": 1e-05', '"norm_epsilon": 1e999')), "norm_epsilon must be a number"),
+    "config-hop-1": (_saved(config=_stft(hop_size=1)), "hop_size=1 must be between n_fft/32"),
+    "config-hop-above-half-n_fft": (_saved(config=_stft(hop_size=200)),
+                                    "hop_size=200 must be between n_fft/32 and n_fft/2"),
+    "config-n_fft-65536": (_saved(config=_stft(n_fft=65536, win_size=65536, hop_size=8192)),
+                           "n_fft=65536 is outside the supported range 16..4096"),
+    "config-sfi-a-string": (_saved(config=_stft(sfi="false")),
+                            "sfi must be true or false, got 'false'"),
     "config-5000-digit-number": (_saved(config='{"model_cfg": {"num_tfmamba": ' + "9" * 5000
                                         + "}}"), "unreadable config.json (absurd JSON)"),
     "config-not-json": (_saved(config="{model_cfg: 2"), "unreadable config.json"),

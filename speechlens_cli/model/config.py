@@ -10,6 +10,10 @@ from ..errors import IncompatibleModelError
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 MIN_SAMPLE_RATE = 8000
 MAX_SAMPLE_RATE = 192000
+#: Largest n_fft at the base rate (the official model's is 320 at 8 kHz, scaled with the rate).
+MAX_BASE_N_FFT = 4096
+#: Smallest hop as a fraction of n_fft (the official model's is n_fft/8).
+MAX_HOP_DIVISOR = 32
 
 
 def _make_even(value: int) -> int:
@@ -81,7 +85,10 @@ class ModelConfig:
             )
         values["norm_epsilon"] = float(epsilon)
         values["compress_factor"] = model_cfg.get("compress_factor", defaults.compress_factor)
-        values["sfi"] = bool(stft_cfg.get("sfi", defaults.sfi))
+        sfi = stft_cfg.get("sfi", defaults.sfi)
+        if not isinstance(sfi, bool):  # "false" as a string would read as true
+            raise IncompatibleModelError(f"config.json sfi must be true or false, got {sfi!r}")
+        values["sfi"] = sfi
         config = cls(**values)
         config.check()
         return config
@@ -90,7 +97,9 @@ class ModelConfig:
         """Reject configurations this implementation cannot run, before anything is allocated."""
         limits = {
             "num_tfmamba": (1, 64), "hid_feature": (1, 512), "expand": (1, 16),
-            "n_fft": (16, 65536), "hop_size": (1, 65536), "win_size": (16, 65536),
+            # the official model: n_fft 320 at 8 kHz; memory per frame grows with n_fft
+            "n_fft": (16, MAX_BASE_N_FFT), "hop_size": (1, MAX_BASE_N_FFT),
+            "win_size": (16, MAX_BASE_N_FFT),
             "sampling_rate": (1000, MAX_SAMPLE_RATE),
         }
         for name, (low, high) in limits.items():
@@ -112,6 +121,13 @@ class ModelConfig:
             )
         if self.win_size != self.n_fft:
             raise IncompatibleModelError("config.json win_size must equal n_fft")
+        # Overlap-add divides by the summed squared window: with hop > n_fft/2 it nears zero
+        # between frames (gaps, noise blown up); a tiny hop multiplies frames, time and memory.
+        if not self.n_fft <= MAX_HOP_DIVISOR * self.hop_size <= MAX_HOP_DIVISOR * self.n_fft // 2:
+            raise IncompatibleModelError(
+                f"config.json hop_size={self.hop_size} must be between n_fft/{MAX_HOP_DIVISOR} "
+                f"and n_fft/2 (n_fft={self.n_fft}; the official model uses n_fft/8)"
+            )
 
     def stft_params(self, sample_rate: int) -> StftParams:
         """The per-rate STFT rule: scale the base sizes, floor, then round odd values up."""
