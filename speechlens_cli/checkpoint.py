@@ -23,6 +23,7 @@ from .errors import (
     ChecksumMismatchError,
     IncompatibleModelError,
     ModelNotFoundError,
+    UsageError,
 )
 from .model.config import ModelConfig
 from .model.layout import expected_shapes, to_mlx_layout
@@ -113,7 +114,15 @@ def is_repo_id(spec: str) -> bool:
 
 def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
     from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:  # the hub's own rule: is_repo_id only tells an id's shape from a path's
+        validate_repo_id(repo_id)
+    except HFValidationError as error:
+        reason = str(error).strip().splitlines()[0].rstrip(".")
+        raise UsageError(f"{repo_id}: no such checkpoint file or folder, and not a valid "
+                         f"Hugging Face repo id ({reason})") from None
 
     pinned = repo_id == DEFAULT_REPO
     revision = PINNED_REVISION if pinned else None

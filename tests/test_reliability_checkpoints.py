@@ -195,6 +195,40 @@ def _cache_copy(cache: Path, source: Path, repo: str, revision: str) -> Path:
     return snapshot
 
 
+#: Names shaped like "owner/name" that the hub itself refuses (they used to escape as an
+#: HFValidationError traceback from every command that takes a model).
+BAD_REPO_IDS = ("a/b--c", "x/y.", "owner/" + "n" * 97)
+MODEL_COMMANDS = {
+    "enhance": lambda tmp, spec: ["enhance", make_audio(tmp / "a.wav"), tmp / "o.wav",
+                                  "--model", spec],
+    "models-verify": lambda tmp, spec: ["models", "verify", spec],
+    "models-pull": lambda tmp, spec: ["models", "pull", spec, "--accept-license"],
+    "models-path": lambda tmp, spec: ["models", "path", spec],
+}
+
+
+@pytest.mark.parametrize("command", sorted(MODEL_COMMANDS))
+@pytest.mark.parametrize("spec", BAD_REPO_IDS)
+def test_an_id_the_hub_refuses_is_one_line(tmp_path, command, spec, monkeypatch):
+    """Refused before anything is looked up or downloaded: a usage error naming the id and the
+    hub's reason; nothing is written."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    result = invoke(*MODEL_COMMANDS[command](tmp_path, spec))
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result.stderr)
+    assert f"{spec}: no such checkpoint file or folder, and not a valid Hugging Face repo id" \
+        in line, line
+    assert not (tmp_path / "o.wav").exists() and not (tmp_path / "hf-cache").exists()
+
+
+def test_doctor_explains_an_id_the_hub_refuses(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    result = invoke("doctor", "--model", "a/b--c")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert "not a valid Hugging Face repo id" in result.output
+    assert "fix: pass --model a checkpoint path or a valid repo id" in result.output
+
+
 @pytest.fixture
 def offline_cache(tmp_path, monkeypatch) -> Path:
     cache = tmp_path / "hf-cache"

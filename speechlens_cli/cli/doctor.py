@@ -11,7 +11,7 @@ import click
 import mlx.core as mx
 
 from .. import blas, checkpoint, kernels
-from ..errors import ModelNotFoundError, SpeechlensError
+from ..errors import ModelNotFoundError, SpeechlensError, UsageError
 from .app import main
 
 #: Below this a 512x512 float32 matmul means MLX runs on a reference (unoptimised) BLAS.
@@ -98,6 +98,8 @@ def doctor(ctx: click.Context, model: str | None) -> None:
         report("model", f"{found.source}: ok, sha256 {found.sha256[:12]}... ({found.weights})")
     except ModelNotFoundError as error:
         report("model", str(error), "speechlens models pull (or pass --model PATH)")
+    except UsageError as error:
+        report("model", str(error), "pass --model a checkpoint path or a valid repo id")
     except SpeechlensError as error:
         report("model", str(error), "delete that copy and run `speechlens models pull`")
     click.echo(f"{problems} problem(s) found" if problems else "no problems found")
