@@ -15,6 +15,7 @@ import errno
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import textwrap
@@ -343,4 +344,46 @@ def test_two_processes_into_one_output_folder(tmp_path, tiny_checkpoint, flags):
         assert process.returncode == (3 if failures else 0), stderr
     assert done == {f"f{index}.wav": 1 for index in range(6)}
     assert tree_bytes(out) == tree_bytes(reference)
+    assert not leftovers(tmp_path)
+
+
+def _fifo(path: Path) -> str:
+    os.mkfifo(path)
+    return "a named pipe"
+
+
+def _device(path: Path) -> str:
+    try:  # a copy of /dev/null's node: needs CAP_MKNOD (root outside most containers)
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))
+    except (PermissionError, OSError) as error:
+        pytest.skip(f"cannot make a device node here ({error.strerror or error})")
+    return "a device"
+
+
+@pytest.mark.parametrize("make", [_fifo, _device], ids=["fifo", "device"])
+def test_overwrite_never_replaces_a_pipe_or_device(tmp_path, tiny_checkpoint, make):
+    """--overwrite replaces files only: a FIFO or a device node at the destination is left as it
+    is (it used to be swapped for a regular file), with one line saying what it is."""
+    target = tmp_path / "out.wav"
+    kind = make(target)
+    result = invoke("enhance", make_audio(tmp_path / "a.wav"), target, "--model",
+                    tiny_checkpoint, "--overwrite")
+    assert result.exit_code == 1
+    assert f"{target}: is {kind}, not a file" in one_error_line(result.stderr)
+    assert not stat.S_ISREG(os.lstat(target).st_mode) and not leftovers(tmp_path)
+
+
+def test_a_dangling_link_at_the_destination_is_named_as_such(tmp_path, tiny_checkpoint):
+    """Without --overwrite the line says what is there (it used to say "created by another
+    process meanwhile"); with it, the link is replaced by the output."""
+    target = tmp_path / "out.wav"
+    target.symlink_to(tmp_path / "missing.wav")
+    source = make_audio(tmp_path / "a.wav")
+    result = invoke("enhance", source, target, "--model", tiny_checkpoint)
+    assert result.exit_code == 1
+    assert "is a symbolic link to a missing file" in one_error_line(result.stderr)
+    assert target.is_symlink()
+    result = invoke("enhance", source, target, "--model", tiny_checkpoint, "--overwrite")
+    assert result.exit_code == 0, result.output
+    assert not target.is_symlink() and sf.info(str(target)).frames == sf.info(str(source)).frames
     assert not leftovers(tmp_path)

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -51,8 +52,7 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
     The temporary file is removed on any failure, Ctrl-C included.
     """
     destination = Path(destination)
-    if destination.exists() and not overwrite:
-        raise OutputExistsError(f"{destination}: already exists (use --overwrite to replace it)")
+    _check_replaceable(destination, overwrite=overwrite)
     folder = destination.parent
     if not folder.is_dir():
         raise OutputError(f"{folder}: output folder does not exist")
@@ -75,6 +75,33 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
         if temporary is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
+
+
+def _check_replaceable(destination: Path, *, overwrite: bool) -> None:
+    """Only a regular file (or a link, itself replaced) may stand where the output goes: a FIFO
+    or a device node would be swapped for a file, and its reader or the device left behind."""
+    try:
+        mode = os.lstat(destination).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as error:
+        raise OutputError(f"{destination}: cannot be checked ({error.strerror or error})") \
+            from None
+    if stat.S_ISLNK(mode) and not destination.exists():
+        if not overwrite:
+            raise OutputExistsError(f"{destination}: is a symbolic link to a missing file "
+                                    "(remove it, or use --overwrite to replace the link)")
+        return
+    if stat.S_ISLNK(mode):
+        mode = os.stat(destination).st_mode
+    kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else None)
+    if kind:
+        raise OutputError(f"{destination}: is {kind}, not a file; speechlens replaces only "
+                          "files (to stream, write to - for standard output)")
+    if not overwrite:
+        raise OutputExistsError(f"{destination}: already exists (use --overwrite to replace it)")
 
 
 def _publish(temporary: Path, destination: Path, *, overwrite: bool) -> None:
