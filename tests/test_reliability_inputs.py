@@ -471,3 +471,33 @@ def test_long_input_streams_with_flat_memory(tmp_path, tiny_checkpoint):
     longer.unlink()
     assert not leftovers(tmp_path)
 
+
+
+_HUGE_SHARD = textwrap.dedent("""
+    import resource, sys
+    # 3 GB of address space (the run itself peaks near 0.7 GB): a plan that grew with N would
+    # fail here with MemoryError instead of taking the machine's memory.
+    resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
+    from speechlens_cli.cli import main
+    main(sys.argv[1:], prog_name="speechlens")
+""")
+
+
+@pytest.mark.parametrize("shard", ["0/100000000000", "99999999999/100000000000"])
+def test_a_huge_shard_count_costs_no_memory(tmp_path, tiny_checkpoint, shard):
+    """--shard I/N with N far above the number of files: the plan holds one part per file, not
+    N (0/1e11 used to build a list of 1e11 loads and was killed at 23.7 GB). Part 0 enhances the
+    one file; any other part has nothing to do."""
+    source = make_audio(tmp_path / "in" / "a.wav")
+    done = subprocess.run([sys.executable, "-c", _HUGE_SHARD, "enhance", str(tmp_path / "in"),
+                           str(tmp_path / "out"), "--model", str(tiny_checkpoint), "--shard",
+                           shard, "-q"], capture_output=True, text=True, cwd=REPO, timeout=300,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "out" / "a.wav").exists() == shard.startswith("0/") and source.exists()
+
+
+def test_a_shard_count_beyond_twelve_digits_is_a_usage_error(tmp_path):
+    result = invoke("enhance", tmp_path, tmp_path / "out", "--shard", "0/" + "9" * 5000)
+    assert result.exit_code == 2 and "N must be at most 999999999999" in result.stderr
+    assert "Traceback" not in result.output

@@ -14,6 +14,8 @@ from .. import audio as audio_io
 from ..errors import SpeechlensError
 
 _SHARD = re.compile(r"\s*(\d+)\s*/\s*(\d+)\s*")
+#: A part count of up to 12 digits is plenty; more would only be a typo.
+_MAX_SHARD_DIGITS = 12
 
 
 def assign(seconds: Sequence[float], keys: Sequence[str], parts: int) -> list[int]:
@@ -28,7 +30,9 @@ def assign(seconds: Sequence[float], keys: Sequence[str], parts: int) -> list[in
     if len(seconds) != len(keys):
         raise ValueError("one key per duration")
     owner = [0] * len(keys)
-    loads = [(0.0, part) for part in range(parts)]  # a heap: (load, part)
+    # Beyond one part per item the extra parts stay empty (each item takes the lowest empty
+    # part first), so a huge `parts` needs no more than len(keys) of them.
+    loads = [(0.0, part) for part in range(min(parts, len(keys)))]  # a heap: (load, part)
     for item in sorted(range(len(keys)), key=lambda i: (-seconds[i], keys[i], i)):
         load, part = heapq.heappop(loads)
         owner[item] = part
@@ -49,6 +53,8 @@ def parse_shard(text: str) -> tuple[int, int]:
     match = _SHARD.fullmatch(text)
     if not match:
         raise ValueError(f"expected I/N (part I of N, counted from 0), e.g. 0/4; got {text!r}")
+    if max(len(match[1]), len(match[2])) > _MAX_SHARD_DIGITS:
+        raise ValueError(f"N must be at most {10 ** _MAX_SHARD_DIGITS - 1}, got {text!r}")
     index, count = int(match[1]), int(match[2])
     if count < 1:
         raise ValueError(f"N must be at least 1, got {text!r}")
