@@ -501,3 +501,24 @@ def test_a_shard_count_beyond_twelve_digits_is_a_usage_error(tmp_path):
     result = invoke("enhance", tmp_path, tmp_path / "out", "--shard", "0/" + "9" * 5000)
     assert result.exit_code == 2 and "N must be at most 999999999999" in result.stderr
     assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-3", "2.5", "9" * 5000])
+def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monkeypatch, value):
+    """SPEECHLENS_CPU_THREADS that is not a whole number of threads: exit 2 and one line naming
+    the variable (it used to be "the model failed ... shorter windows need less memory"); a
+    count above the cores runs on the cores (it used to start that many threads)."""
+    monkeypatch.setenv("SPEECHLENS_CPU_THREADS", value)
+    source = make_audio(tmp_path / "a.wav")
+    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    if value.isdigit() and value.strip("0"):  # a count (here: far above the cores)
+        assert result.exit_code == 0, result.output
+        from speechlens_cli import kernels
+        assert kernels.cpu_threads() == len(os.sched_getaffinity(0))
+        return
+    assert result.exit_code == 2, result.output
+    assert "SPEECHLENS_CPU_THREADS must be a whole number of threads" in \
+        one_error_line(result.stderr)
+    assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+    doctor = invoke("doctor", "--model", tiny_checkpoint)
+    assert "fix: unset SPEECHLENS_CPU_THREADS" in doctor.output

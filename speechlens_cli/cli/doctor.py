@@ -53,7 +53,10 @@ def _backend_fix(backend: str) -> str | None:
 def _kernel_check() -> tuple[str, str | None]:
     """speechlens_cli.kernels' own account of where the kernels run, and what would fix a
     fallback to the slow MLX-op versions."""
-    info = kernels.kernel_info()
+    try:
+        info = kernels.kernel_info()
+    except UsageError as error:  # a bad SPEECHLENS_CPU_THREADS
+        return str(error), f"unset {kernels.CPU_THREADS_ENV} or set it to a thread count"
     text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")
     if kernels.conv_kernel_disabled():
         return (text + " (conv1d kernel disabled)",

@@ -58,7 +58,7 @@ if _version_tuple(mx.__version__) < MIN_MLX_VERSION:
 from .build import CPU_COMPILE_FLAGS  # noqa: E402
 from .compiler import compile_cpu_library, find_cxx  # noqa: E402
 from .contract import CONV_WIDTH, D_STATE, KernelInputError  # noqa: E402
-from .cpu_binding import cpu_library, cpu_threads  # noqa: E402
+from .cpu_binding import CPU_THREADS_ENV, cpu_library, cpu_threads  # noqa: E402
 from .cpu_ops import cpu_exp_poly, instance_norm_prelu  # noqa: E402
 from .dispatch import (  # noqa: E402
     DISABLE_CONV_ENV,
@@ -75,7 +75,7 @@ from .gpu import CONV_INPUTS, GPU_THREADGROUP, SCAN_INPUTS, THREADGROUP_ENV  # n
 from .sources import kernel_source_dir  # noqa: E402
 
 __all__ = [
-    "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "DISABLE_CONV_ENV",
+    "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_THREADS_ENV", "DISABLE_CONV_ENV",
     "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError",
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "causal_conv1d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp_poly",

@@ -11,6 +11,7 @@ import threading
 from importlib import machinery
 from pathlib import Path
 
+from ..errors import UsageError
 from .build import CPU_ABI_VERSION
 from .compiler import compile_cpu_library
 from .notices import warn_once
@@ -153,10 +154,16 @@ def cpu_library() -> CpuLibrary | None:
 
 
 def cpu_threads() -> int:
-    env = os.environ.get(CPU_THREADS_ENV)
-    if env:
-        return max(1, int(env))
+    """SPEECHLENS_CPU_THREADS, at most the cores this process may use (the kernels are
+    compute-bound: more threads only contend), else all of those cores."""
     try:
-        return max(1, len(os.sched_getaffinity(0)))
+        cores = max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # macOS
-        return max(1, os.cpu_count() or 1)
+        cores = max(1, os.cpu_count() or 1)
+    env = os.environ.get(CPU_THREADS_ENV, "").strip()
+    if not env:
+        return cores
+    if not env.isdigit() or not env.strip("0"):
+        raise UsageError(f"{CPU_THREADS_ENV} must be a whole number of threads (1 or more), "
+                         f"got {env[:40]!r}")
+    return cores if len(env) > 9 else min(int(env), cores)
