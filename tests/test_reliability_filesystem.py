@@ -387,3 +387,17 @@ def test_a_dangling_link_at_the_destination_is_named_as_such(tmp_path, tiny_chec
     assert result.exit_code == 0, result.output
     assert not target.is_symlink() and sf.info(str(target)).frames == sf.info(str(source)).frames
     assert not leftovers(tmp_path)
+
+
+@pytest.mark.parametrize("stem", ["a" * 250, "é" * 125, "語" * 83],
+                         ids=["ascii", "2-byte", "3-byte"])
+def test_an_output_name_at_the_length_limit_is_written(tmp_path, tiny_checkpoint, stem):
+    """Names of 251-254 bytes (the limit is 255): the hidden temporary name, 21 bytes longer,
+    is cut to fit (it used to fail as "not writable (File name too long)")."""
+    target = tmp_path / f"{stem}.wav"
+    assert len(os.fsencode(target.name)) <= 255
+    source = make_audio(tmp_path / "a.wav")
+    result = invoke("enhance", source, target, "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    assert sf.info(str(target)).frames == sf.info(str(source)).frames
+    assert not leftovers(tmp_path)

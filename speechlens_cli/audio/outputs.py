@@ -61,7 +61,7 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
         # The name is recorded before the file exists, so an interrupt at any point after
         # creation still finds it to remove.
         while temporary is None:
-            temporary = folder / f".{destination.name}.{secrets.token_hex(6)}.partial"
+            temporary = folder / _temporary_name(folder, destination.name)
             try:
                 os.close(os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
             except FileExistsError:
@@ -75,6 +75,33 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
         if temporary is not None:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(temporary)
+
+
+def _temporary_name(folder: Path, name: str) -> str:
+    """A hidden ".NAME.<hex>.partial" beside the output. The 21 bytes added must still fit the
+    file system's name limit, so a long NAME is cut (at a character boundary) to make room:
+    an output whose own name fits can always be written."""
+    suffix = f".{secrets.token_hex(6)}.partial"
+    try:
+        limit = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        limit = 255
+    room = limit - 1 - len(suffix.encode())
+    encoded = os.fsencode(name)
+    if len(encoded) > room:
+        cut = encoded[:room]
+        if _is_utf8(encoded):  # never split a character
+            cut = cut.decode("utf-8", "ignore").encode()
+        name = os.fsdecode(cut)
+    return f".{name}{suffix}"
+
+
+def _is_utf8(data: bytes) -> bool:
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
 
 
 def _check_replaceable(destination: Path, *, overwrite: bool) -> None:
