@@ -12,6 +12,7 @@ import logging
 import math
 import os
 import re
+import socket
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from .errors import (
     CheckpointFormatError,
     ChecksumMismatchError,
     IncompatibleModelError,
+    LicenseRequiredError,
     ModelNotFoundError,
     UsageError,
 )
@@ -37,9 +39,16 @@ WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
 MODEL_ENV = "SPEECHLENS_MODEL"
 LICENSE_NOTE = (
-    "RE-USE weights are NVIDIA's, under the NVIDIA One-Way Noncommercial License (NSCLv1): "
-    "non-commercial research or evaluation only."
+    "RE-USE's weights are NVIDIA's, under the NVIDIA One-Way Noncommercial License (NSCLv1): "
+    "you may use them, and anything converted or derived from them, for non-commercial "
+    "research or evaluation only; redistribution must carry the same license and NVIDIA's "
+    "notices. Full terms: https://huggingface.co/nvidia/RE-USE (model card, license: NSCLv1)."
 )
+#: Set to 1 to accept NVIDIA's license for scripts (the CLI's --accept-license does the same).
+LICENSE_ENV = "SPEECHLENS_ACCEPT_LICENSE"
+#: Seconds to wait for the hub to answer at all before a download is given up.
+HUB_CONNECT_TIMEOUT_S = 5.0
+_license_accepted = False
 
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2,
@@ -112,6 +121,58 @@ def is_repo_id(spec: str) -> bool:
             and not spec.startswith((".", "/", "~")) and bool(_REPO_ID.match(spec)))
 
 
+def accept_license() -> None:
+    """NVIDIA's license was shown and accepted in this process: downloads may go ahead."""
+    global _license_accepted
+    _license_accepted = True
+
+
+def license_accepted() -> bool:
+    return _license_accepted or os.environ.get(LICENSE_ENV, "").strip().lower() in (
+        "1", "true", "yes", "on")
+
+
+def needs_license(spec: str | os.PathLike | None = None) -> bool:
+    """True when using `spec` would download NVIDIA's weights and their license has not been
+    accepted yet: the caller shows LICENSE_NOTE and asks first."""
+    spec = model_spec(spec)
+    if license_accepted() or _offline() or not is_repo_id(spec) or not _is_nvidias(spec):
+        return False
+    try:
+        resolve(spec, download=False)
+    except ModelNotFoundError:
+        return True
+    return False
+
+
+def _offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def _is_nvidias(repo_id: str) -> bool:
+    return repo_id.lower() == DEFAULT_REPO.lower()
+
+
+def _check_hub_reachable() -> None:
+    """Fail in seconds, naming the fix, where the hub cannot be reached at all: the client
+    would retry with back-off for about 25 s before giving up."""
+    from urllib.parse import urlsplit
+
+    from huggingface_hub import constants
+
+    address = urlsplit(constants.ENDPOINT)
+    host = address.hostname or "huggingface.co"
+    port = address.port or (443 if address.scheme == "https" else 80)
+    try:
+        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise ModelNotFoundError(
+            f"the Hugging Face hub ({host}) cannot be reached ({reason}): run `speechlens "
+            "models pull` where it is reachable, or pass a local copy with --model PATH"
+        ) from None
+
+
 def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
     from huggingface_hub import hf_hub_download
     from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
@@ -126,7 +187,7 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
 
     pinned = repo_id == DEFAULT_REPO
     revision = PINNED_REVISION if pinned else None
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    offline = _offline()
     # huggingface_hub reads HF_HUB_CACHE once at import; read it per call so it is always honoured.
     cache_dir = os.environ.get("HF_HUB_CACHE") or None
     paths = {}
@@ -144,6 +205,14 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
                 + f": run `speechlens models pull {repo_id}` where the hub is reachable, "
                 "or pass a local copy with --model PATH"
             )
+        if _is_nvidias(repo_id) and not license_accepted():
+            raise LicenseRequiredError(
+                f"{repo_id} is not downloaded yet and its license has not been accepted: "
+                f"{LICENSE_NOTE} Run `speechlens models pull` to read and accept it, or pass "
+                f"--accept-license (scripts: {LICENSE_ENV}=1)"
+            )
+        if not paths:
+            _check_hub_reachable()
         hub_logger = logging.getLogger("huggingface_hub")
         level = hub_logger.level
         hub_logger.setLevel(logging.ERROR)  # its retry warnings would break our one-line errors

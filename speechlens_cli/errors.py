@@ -15,6 +15,10 @@ class UsageError(SpeechlensError):
     exit_code = 2
 
 
+class LicenseRequiredError(UsageError):
+    """NVIDIA's weights would be downloaded, but their license has not been accepted."""
+
+
 class ModelNotFoundError(SpeechlensError):
     """No checkpoint at the given path, or not cached and not downloadable."""
 

@@ -454,15 +454,26 @@ def test_models_list_and_path(hf_cache, tiny_checkpoint):
     assert invoke("models", "path", tiny_checkpoint).stdout.strip() == str(tiny_checkpoint)
 
 
-def test_models_pull_shows_the_license_first(hf_cache, tiny_checkpoint):
-    refused = invoke("models", "pull")   # CliRunner's stdin is not a terminal
-    assert refused.exit_code == 2
-    assert checkpoint.LICENSE_NOTE in refused.stderr
-    assert "--accept-license" in refused.stderr.strip().splitlines()[-1]
+def test_models_pull_shows_the_license_first(hf_cache, tiny_checkpoint, monkeypatch):
+    from huggingface_hub import constants
 
+    # online, but the hub is a closed local port: whatever happens, nothing leaves the machine
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    for command in (["models", "pull"], ["enhance", "in.wav", "out.wav"]):
+        refused = invoke(*command)   # CliRunner's stdin is not a terminal
+        assert refused.exit_code == 2
+        line = one_error_line(refused)
+        assert "non-commercial license (NSCLv1)" in line and "--accept-license" in line, line
+
+    accepted = invoke("models", "pull", "--accept-license")   # shown, then the download
+    assert accepted.exit_code == 1 and checkpoint.LICENSE_NOTE in accepted.stderr
+    assert "hub (127.0.0.1) cannot be reached" in accepted.stderr.strip().splitlines()[-1]
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     offline = invoke("models", "pull", "--accept-license")
     assert offline.exit_code == 1
-    assert "HF_HUB_OFFLINE" in offline.stderr.strip().splitlines()[-1]
+    assert "HF_HUB_OFFLINE" in one_error_line(offline)
 
     _cache_pinned_copy(hf_cache)   # cached now: no license text, straight to verification
     cached = invoke("models", "pull")

@@ -311,3 +311,33 @@ def test_read_only_guard_refuses_writes(tmp_path, read_only):
         assert caught.value.errno == errno.EROFS
     assert (root / "kept").read_text() == "x" and len(refused) == 5
     (tmp_path / "elsewhere").write_text("fine")
+
+
+@cases(2)
+def test_the_license_comes_before_any_download_and_an_unreachable_hub_fails_fast(
+        tmp_path, monkeypatch):
+    """The Python API, with nothing cached and the hub a closed local port: without the license
+    accepted nothing is fetched (the error carries the terms); accepted, the unreachable hub is
+    one line within seconds (the hub client alone retried for ~25 s)."""
+    import time
+
+    from huggingface_hub import constants
+
+    from speechlens_cli.errors import LicenseRequiredError, ModelNotFoundError
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv(checkpoint.LICENSE_ENV, raising=False)
+    monkeypatch.delenv(checkpoint.MODEL_ENV, raising=False)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(checkpoint, "_license_accepted", False)
+    with pytest.raises(LicenseRequiredError) as refused:
+        checkpoint.resolve()
+    assert checkpoint.LICENSE_NOTE in str(refused.value)
+    monkeypatch.setenv(checkpoint.LICENSE_ENV, "1")
+    started = time.monotonic()
+    with pytest.raises(ModelNotFoundError) as unreachable:
+        checkpoint.resolve()
+    assert time.monotonic() - started < 3 * checkpoint.HUB_CONNECT_TIMEOUT_S
+    assert "hub (127.0.0.1) cannot be reached" in str(unreachable.value)
+    assert "speechlens models pull" in str(unreachable.value)

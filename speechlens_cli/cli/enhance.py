@@ -20,6 +20,7 @@ from ..pipeline import (
 )
 from .app import main
 from .jobs import collect_jobs, left_alone
+from .license import confirm_license
 from .reporting import Reporter
 from .runner import EnhanceOptions, run_jobs
 
@@ -74,13 +75,16 @@ def _sigterm_interrupts():
 @click.option("--dry-run", is_flag=True, help="Show the plan; load no model, write nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only.")
 @click.option("-v", "--verbose", is_flag=True, help="Also show model, device and file details.")
+@click.option("--accept-license", is_flag=True,
+              help="Accept NVIDIA's license for the first download of its weights without a "
+                   f"prompt (also {checkpoint.LICENSE_ENV}=1).")
 @click.option("--shard", default=None, metavar="I/N", callback=_shard_option,
               help="Enhance only part I of N (from 0), split as under mlx.launch: for SLURM "
                    "arrays, GNU parallel, Ray (docs/scale-out.md).")
 def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, device: str, overwrite: bool,
             skip_existing: bool, subtype: str | None, as_json: bool, dry_run: bool, quiet: bool,
-            verbose: bool, shard: tuple[int, int] | None) -> None:
+            verbose: bool, accept_license: bool, shard: tuple[int, int] | None) -> None:
     """Enhance SOURCE into DESTINATION, file to file or folder to folder ('-' is stdin/stdout).
 
     Outputs keep the input's sample rate, channels, length, container and subtype. A folder is
@@ -101,6 +105,8 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
         jobs, others = share.take(jobs, others)
+        if jobs and not dry_run:  # the license before anything could start a download
+            confirm_license(model, accept_license, may_ask="-" not in paths)
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
                                  overwrite, skip_existing, subtype, dry_run)

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import click
 
 from .. import checkpoint
-from ..errors import ModelNotFoundError, UsageError
 from .app import main
+from .license import confirm_license
 
 
 @main.group()
@@ -25,17 +24,7 @@ def models() -> None:
 def models_pull(model: str | None, accept_license: bool) -> None:
     """Download a checkpoint (default nvidia/RE-USE at the pinned revision) and verify it."""
     spec = checkpoint.model_spec(model)
-    if checkpoint.is_repo_id(spec):
-        try:
-            checkpoint.resolve(spec, download=False)
-        except ModelNotFoundError:  # first pull: the license comes before any download
-            click.echo(checkpoint.LICENSE_NOTE, err=True)
-            if not accept_license:
-                if not sys.stdin.isatty():
-                    raise UsageError("pass --accept-license to accept NVIDIA's license "
-                                     "without a prompt") from None
-                if not click.confirm("Accept these terms and download?", err=True):
-                    raise UsageError("license not accepted; nothing downloaded") from None
+    confirm_license(spec, accept_license)
     report = checkpoint.inspect(spec, download=True)
     click.echo(f"{report.source}: {report.weights}")
     click.echo(f"ok: sha256 {report.sha256}, {report.parameter_count:,} parameters")

@@ -1,0 +1,27 @@
+"""NVIDIA's license, shown and accepted before the first download of its weights, whichever
+command would download them."""
+
+from __future__ import annotations
+
+import sys
+
+import click
+
+from .. import checkpoint
+from ..errors import LicenseRequiredError, UsageError
+
+
+def confirm_license(spec: str | None, accepted: bool, *, may_ask: bool = True) -> None:
+    """Show the license and take a yes (or `accepted`, from --accept-license) when `spec` would
+    download NVIDIA's weights; without a terminal to ask on, say how to accept it instead."""
+    if not checkpoint.needs_license(spec):
+        return
+    if not accepted and not (may_ask and sys.stdin.isatty()):
+        raise LicenseRequiredError(
+            f"{checkpoint.model_spec(spec)} is not downloaded yet, and its weights are under "
+            "NVIDIA's non-commercial license (NSCLv1): run `speechlens models pull` to read and "
+            f"accept it, or pass --accept-license (scripts: {checkpoint.LICENSE_ENV}=1)")
+    click.echo(checkpoint.LICENSE_NOTE, err=True)
+    if not accepted and not click.confirm("Accept these terms and download?", err=True):
+        raise UsageError("license not accepted; nothing downloaded")
+    checkpoint.accept_license()
