@@ -265,9 +265,14 @@ _CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_h
           "from speechlens_cli.cli import main; sys.argv[0] = 'speechlens'; main()")
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+              signal.SIGALRM)
+
+
+@pytest.mark.parametrize("sig", INTERRUPTS, ids=[s.name for s in INTERRUPTS])
 def test_interrupt_mid_file_leaves_nothing_and_exits_130(tmp_path, tiny_checkpoint, sig):
-    """A real process, signalled once its temporary output exists (the model is mid-file)."""
+    """A real process, signalled once its temporary output exists (the model is mid-file).
+    SIGHUP (a closed terminal), SIGQUIT, SIGUSR1 and SIGALRM used to leave the temporary file."""
     # A minute of noise (12 windows): tens of seconds of model time, so even a busy machine
     # cannot finish the file before the signal lands; the interrupt takes effect within a second.
     src = tmp_path / "long.wav"

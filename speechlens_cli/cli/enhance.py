@@ -40,17 +40,27 @@ def _raise_interrupt(_signum, _frame) -> None:
     raise KeyboardInterrupt
 
 
+#: Signals whose default action ends the process: each cleans up like Ctrl-C (temporary output
+#: removed, exit 130). SIGHUP is a closed terminal or a dropped ssh session.
+TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in (
+    "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
+    "SIGXCPU") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
-def _sigterm_interrupts():
-    """SIGTERM cleans up like Ctrl-C (temporary output removed, exit 130)."""
+def _signals_interrupt():
+    """Every catchable terminating signal interrupts like Ctrl-C while the batch runs."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    previous = {}
     try:
+        for number in TERMINATING_SIGNALS:
+            previous[number] = signal.signal(number, _raise_interrupt)
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 @main.command(context_settings={"show_default": True})
@@ -100,7 +110,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
     share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
     share.check_paths(paths)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_sigterm_interrupts())
+        stack.enter_context(_signals_interrupt())
         jobs, others, batch = collect_jobs(paths, output_dir, stack)
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
