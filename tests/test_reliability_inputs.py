@@ -522,3 +522,27 @@ def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monk
     assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
     doctor = invoke("doctor", "--model", tiny_checkpoint)
     assert "fix: unset SPEECHLENS_CPU_THREADS" in doctor.output
+
+
+@cases(3)
+def test_names_that_are_not_utf8_are_enhanced(tmp_path, tiny_checkpoint):
+    """Input and output names with bytes that are not UTF-8 (old Latin-1 file systems, damaged
+    archives): a single file and a folder holding one such audio file and one such text file.
+    They used to raise UnicodeEncodeError, and in a folder stop the whole batch."""
+    root = os.fsencode(tmp_path)
+    folder = os.path.join(root, b"in")
+    os.mkdir(folder)
+    good = make_audio(tmp_path / "in" / "good.wav")
+    odd = os.path.join(folder, b"caf\xe9.wav")
+    os.link(good, odd)
+    with open(os.path.join(folder, b"notes\xfe.txt"), "wb") as notes:
+        notes.write(b"not audio")
+    single = os.path.join(root, b"out\xff.wav")
+    result = invoke("enhance", os.fsdecode(odd), os.fsdecode(single), "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    assert sf.info(single).frames == sf.info(str(good)).frames
+    result = invoke("enhance", tmp_path / "in", tmp_path / "out", "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    out = os.path.join(root, b"out")
+    assert sorted(os.listdir(out)) == [b"caf\xe9.wav", b"good.wav"]
+    assert not leftovers(tmp_path)

@@ -21,6 +21,13 @@ _OPENING = re.compile(r"^Error opening '.*?': ")
 _SFC_SET_ADD_PEAK_CHUNK = 0x1050
 
 
+def native_path(path: str | os.PathLike) -> bytes:
+    """The name as the operating system stores it, for every libsndfile call. soundfile encodes
+    a str name strictly as UTF-8, so a name that is not valid UTF-8 (Python holds its bytes as
+    surrogate escapes) raised UnicodeEncodeError; bytes reach libsndfile unchanged."""
+    return os.fsencode(path)
+
+
 def reason(error: Exception) -> str:
     """libsndfile's first line, without the "Error opening '<path>': " the caller already names
     (the path may be a temporary name that means nothing to users)."""

@@ -81,7 +81,7 @@ def read_info(path: str | os.PathLike, name: str | None = None) -> AudioInfo:
         raise AudioInputError(f"{name}: is empty (0 bytes)")
     try:
         with native_stderr_silenced():
-            info = sf.info(str(path))
+            info = sf.info(libsndfile.native_path(path))
     except libsndfile.ERRORS as error:
         reason = libsndfile.reason(error)
         if reason.startswith(_MISLEADING_REASON) and path.is_file():
@@ -111,7 +111,7 @@ def open_reader(path: str | os.PathLike, name: str) -> Iterator[tuple[sf.SoundFi
     info = read_info(path, name)
     try:
         with native_stderr_silenced():
-            handle = sf.SoundFile(str(path))
+            handle = sf.SoundFile(libsndfile.native_path(path))
     except libsndfile.ERRORS as error:
         raise decode_error(name, error) from None
     with handle:
@@ -139,7 +139,7 @@ def readable(path: Path) -> bool:
     """Whether libsndfile can read the header of `path`."""
     try:
         with native_stderr_silenced():
-            sf.info(str(path))
+            sf.info(libsndfile.native_path(path))
     except libsndfile.ERRORS:
         return False
     return True

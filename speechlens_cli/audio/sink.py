@@ -38,7 +38,7 @@ class Sink:
         self.path, self.output, self.shown = path, output, shown
         self.written = self.clamped = 0
         try:
-            self.file = sf.SoundFile(str(path), "w", sample_rate, channels, output.subtype,
+            self.file = sf.SoundFile(libsndfile.native_path(path), "w", sample_rate, channels, output.subtype,
                                      format=output.format)
         except libsndfile.ERRORS as error:
             raise OutputError(
@@ -86,7 +86,7 @@ def check_written(path, frames: int, shown: str) -> None:
     """
     got, declared = 0, -1
     try:
-        with native_stderr_silenced(), sf.SoundFile(str(path)) as check:
+        with native_stderr_silenced(), sf.SoundFile(libsndfile.native_path(path)) as check:
             declared = check.frames
             width = 2 * check.channels  # decoded as int16: all that is needed is the count
             while got < frames:
