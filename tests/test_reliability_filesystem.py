@@ -126,7 +126,8 @@ def _failing_writes(monkeypatch, after: int, error: Exception, method: str = "wr
     real, calls = getattr(sf.SoundFile, method), []
 
     def fail(self, *args, **kwargs):
-        if self.mode == "w" and not self.closed and str(self.name).endswith(".partial"):
+        name = os.fsdecode(self.name) if isinstance(self.name, (str, bytes)) else ""
+        if self.mode == "w" and not self.closed and name.endswith(".partial"):
             calls.append(1)
             if len(calls) == after + 1:
                 if method == "close":

@@ -16,7 +16,7 @@ import soundfile as sf
 
 #: What soundfile raises for a file libsndfile cannot open, read or write.
 ERRORS = (sf.LibsndfileError, RuntimeError, OSError)
-_OPENING = re.compile(r"^Error opening '.*?': ")
+_OPENING = re.compile(r"^Error opening b?'.*?': ")
 #: libsndfile's sf_command for "write a PEAK chunk" (sndfile.h).
 _SFC_SET_ADD_PEAK_CHUNK = 0x1050
 

@@ -38,8 +38,8 @@ class Sink:
         self.path, self.output, self.shown = path, output, shown
         self.written = self.clamped = 0
         try:
-            self.file = sf.SoundFile(libsndfile.native_path(path), "w", sample_rate, channels, output.subtype,
-                                     format=output.format)
+            self.file = sf.SoundFile(libsndfile.native_path(path), "w", sample_rate, channels,
+                                     output.subtype, format=output.format)
         except libsndfile.ERRORS as error:
             raise OutputError(
                 f"{shown}: cannot write {output.format}/{output.subtype} there "
