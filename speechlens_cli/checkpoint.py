@@ -51,6 +51,8 @@ HUB_CONNECT_TIMEOUT_S = 5.0
 _license_accepted = False
 
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: config.json is read whole only up to this size (the official one is a few hundred bytes).
+_MAX_CONFIG_BYTES = 1024 * 1024
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2,
                 "I8": 1, "U8": 1, "BOOL": 1}
 _OPTIONAL_PREFIXES = ("model.", "SEMamba.")
@@ -97,14 +99,23 @@ def resolve(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
         weights = path / WEIGHTS_FILE
         if not weights.is_file():
             raise ModelNotFoundError(f"{path}: no {WEIGHTS_FILE} in this folder")
-        config = path / CONFIG_FILE
-        return CheckpointFiles(weights, config if config.is_file() else None, str(path))
+        return CheckpointFiles(weights, _config_beside(path / CONFIG_FILE), str(path))
     if path.is_file():
-        config = path.with_name(CONFIG_FILE)
-        return CheckpointFiles(path, config if config.is_file() else None, str(path))
+        return CheckpointFiles(path, _config_beside(path.with_name(CONFIG_FILE)), str(path))
     if not is_repo_id(spec):
         raise ModelNotFoundError(f"{spec}: no such checkpoint file or folder")
     return _from_hub(spec, download=download)
+
+
+def _config_beside(config: Path) -> Path | None:
+    """config.json next to the weights, if there is one. Something else of that name (a folder,
+    a pipe) is an error: ignored, the defaults would run and fail on the weights' shapes."""
+    if not os.path.lexists(config):
+        return None
+    if not config.is_file():
+        raise IncompatibleModelError(f"{config}: is not a regular file (a folder, a pipe or a "
+                                     "dangling link); config.json must be a JSON file")
+    return config
 
 
 def model_spec(spec: str | os.PathLike | None = None) -> str:
@@ -322,7 +333,13 @@ def _read_config(files: CheckpointFiles) -> ModelConfig:
     if files.config is None:
         return ModelConfig()
     try:
-        raw = json.loads(files.config.read_text())
+        with open(files.config, "rb") as handle:
+            text = handle.read(_MAX_CONFIG_BYTES + 1)
+        if len(text) > _MAX_CONFIG_BYTES:
+            raise IncompatibleModelError(
+                f"{files.config}: config.json is over {_MAX_CONFIG_BYTES // 1024} KB (the "
+                "official one is under 1 KB): not a model configuration")
+        raw = json.loads(text.decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
         raise IncompatibleModelError(f"{files.config}: unreadable config.json ({error})") from None
     except (RecursionError, ValueError):  # absurdly nested, or integers of thousands of digits

@@ -101,6 +101,16 @@ def _filled(key: str, value: float) -> dict[str, np.ndarray]:
 
 _DEEP = b"[" * 100_000 + b"]" * 100_000
 
+
+def _config_replaced(make: Callable[[Path], None]) -> Callable[[Path, Path], Path]:
+    """The good checkpoint with something else where config.json was."""
+    def build(folder: Path, good: Path) -> Path:
+        shutil.copytree(good, folder)
+        (folder / "config.json").unlink()
+        make(folder / "config.json")
+        return folder
+    return build
+
 #: name -> (build(folder, good checkpoint) -> --model argument, text the error line contains)
 CHECKPOINT_FAULTS: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
     "truncated-1000-bytes": (_copy_then(_cut(lambda n: n - 1000)), "truncated"),
@@ -144,6 +154,13 @@ CHECKPOINT_FAULTS: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
                            "n_fft=65536 is outside the supported range 16..4096"),
     "config-sfi-a-string": (_saved(config=_stft(sfi="false")),
                             "sfi must be true or false, got 'false'"),
+    "config-a-folder": (_config_replaced(lambda p: p.mkdir()),
+                        "config.json: is not a regular file"),
+    "config-a-fifo": (_config_replaced(os.mkfifo), "config.json: is not a regular file"),
+    "config-a-dangling-link": (_config_replaced(lambda p: p.symlink_to(p.with_name("gone"))),
+                               "config.json: is not a regular file"),
+    "config-2MB": (_config_replaced(lambda p: p.write_text(json.dumps(
+        {**TINY_CONFIG, "padding": "x" * 2_000_000}))), "config.json is over 1024 KB"),
     "config-5000-digit-number": (_saved(config='{"model_cfg": {"num_tfmamba": ' + "9" * 5000
                                         + "}}"), "unreadable config.json (absurd JSON)"),
     "config-not-json": (_saved(config="{model_cfg: 2"), "unreadable config.json"),
