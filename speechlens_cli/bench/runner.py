@@ -273,6 +273,20 @@ def _timing_fields(timing: Timing, seconds: float) -> dict:
             "note": timing.note}
 
 
+def _peer_process(script: str, args: dict, row: dict, label: str, log: Log) -> dict | None:
+    """Run a peer script of this folder in its own process; its last stdout line (JSON), or None
+    with row["error"] set."""
+    path = Path(__file__).with_name(script)
+    proc = subprocess.run([sys.executable, str(path), json.dumps(args)], stdout=subprocess.PIPE,
+                          text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        row["error"] = f"{script} failed (exit {proc.returncode}; see its stderr above)"
+        log(f"{label}: FAILED {row['error']}")
+        return None
+    return json.loads(lines[-1])
+
+
 def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
               outputs: dict[str, np.ndarray], options: Options, gpu: bool, log: Log) -> dict:
     """Time the peer on the same input and windows, in a process of its own (peer_process.py)."""
@@ -289,15 +303,9 @@ def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
             "device": options.peer_device, "src": str(src), "dst": str(dst), "rate": case.rate,
             "window": case.window, "overlap": options.overlap, "warmup": warmup,
             "trials": trials, "budget_s": options.budget_s, "label": label}
-    script = Path(__file__).with_name("peer_process.py")
-    proc = subprocess.run([sys.executable, str(script), json.dumps(args)], stdout=subprocess.PIPE,
-                          text=True, check=False)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        row["error"] = f"the peer process failed (exit {proc.returncode}; see its stderr above)"
-        log(f"{label}: FAILED {row['error']}")
+    result = _peer_process("peer_process.py", args, row, label, log)
+    if result is None:
         return row
-    result = json.loads(lines[-1])
     timing = Timing(result["warmup"], result["trials_planned"], result["times_s"], result["note"])
     row.update(_timing_fields(timing, case.seconds))
     row.update(device=result["device"], peer_load_s=result["load_s"], info=result["info"],
@@ -348,15 +356,9 @@ def _run_nvidia_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: P
     args = {"weights": str(ckpt.weights), "config": str(ckpt.config) if ckpt.config else None,
             "device": "cuda", "tf32": tf32, "warmup": warmup, "trials": trials,
             "cases": [{"src": str(src), "rate": case.rate, "label": label, "dst": str(dst)}]}
-    script = Path(__file__).with_name("nvidia_peer.py")
-    proc = subprocess.run([sys.executable, str(script), json.dumps(args)], stdout=subprocess.PIPE,
-                          text=True, check=False)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        row["error"] = f"the NVIDIA peer failed (exit {proc.returncode}; see its stderr above)"
-        log(f"{label}: FAILED {row['error']}")
+    result = _peer_process("nvidia_peer.py", args, row, label, log)
+    if result is None:
         return row
-    result = json.loads(lines[-1])
     timed, info = result["cases"][0], result["info"]
     timing = Timing(timed["warmup"], timed["trials"], timed["times_s"])
     row.update(_timing_fields(timing, case.seconds))
