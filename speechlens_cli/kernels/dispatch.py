@@ -10,7 +10,7 @@ from .contract import KernelInputError, validate_conv, validate_scan
 from .cpu_binding import cpu_library, cpu_threads
 from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
 from .fallback import conv1d_fallback, selective_scan_ops
-from .gpu import gpu_conv, gpu_conv_works, gpu_scan
+from .gpu import gpu_conv, gpu_conv_works, gpu_scan, launch_description
 from .notices import warn_once
 
 DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
@@ -125,4 +125,6 @@ def kernel_info() -> dict[str, str]:
         if lib:
             info["cpu_isa"] = lib.isa_name()
             info["cpu_threads"] = str(cpu_threads())
+    else:
+        info["gpu_kernels"] = launch_description(which)
     return info

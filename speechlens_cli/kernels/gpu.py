@@ -82,6 +82,18 @@ def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str) -> mx.ar
                   output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
 
 
+def launch_description(which: str) -> str:
+    """The launch geometry of this backend's kernels (for benchmark and bug reports)."""
+    conv = f"conv: threadgroup {threadgroup()}"
+    if which == "cuda":
+        return (f"mx.fast.cuda_kernel; {conv}, SiLU fused; scan: selective_scan_cuda_body.h, "
+                f"{cuda_scan_threads()} threads per block, B/C staged per block (D a multiple "
+                f"of it) in chunks of {CUDA_SCAN_CHUNK[False]} (standard) / "
+                f"{CUDA_SCAN_CHUNK[True]} (strict) steps")
+    return (f"mx.fast.{which}_kernel; {conv}, SiLU as a separate op; scan: "
+            f"selective_scan_body.h, threadgroup {threadgroup()}")
+
+
 _conv_probed: dict[tuple[str, int], bool] = {}
 
 
