@@ -32,6 +32,18 @@ SL_FN float sl_log1p(float x) { return log1pf(x); }
 SL_FN float sl_rint(float x) { return rintf(x); }
 SL_FN float sl_abs(float x) { return fabsf(x); }
 SL_FN float sl_max(float a, float b) { return fmaxf(a, b); }
+// Fast variants (the CUDA scan's standard mode): the SFU's approximate 2^x (flushes denormals to
+// zero: a decay that small is zero for the state either way), __logf and __fdividef.
+#ifndef SL_CUDA_ON_CPU
+SL_FN float sl_ex2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+#endif
+SL_FN float sl_exp2_fast_decay(float x) { return sl_ex2_approx(x); }
+SL_FN float sl_log_fast(float x) { return __logf(x); }
+SL_FN float sl_recip_fast(float x) { return __fdividef(1.0f, x); }
 SL_FN float sl_pow2_int(float k) { return __int_as_float((__float2int_rn(k) + 127) << 23); }
 
 #endif  // SL_BACKEND_CUDA_H

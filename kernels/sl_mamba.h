@@ -28,6 +28,9 @@
 //   sl_log(V), sl_log1p(V), sl_rint(V), sl_abs(V), sl_max(V, V)
 //   sl_pow2_int(V k)              2^k for integral k in [-127, 0] built in the IEEE exponent
 //                                 field: bits (k + 127) << 23, so k = -127 gives +0.0
+// Only for the *_fast / *_exp2 standard-mode step functions below (today the CUDA scan):
+//   sl_exp2_fast_decay(V)         fast 2^x for arguments <= 0 (the decay with A*log2(e))
+//   sl_log_fast(V), sl_recip_fast(V)  fast log and 1/x (softplus, SiLU)
 
 #ifndef SL_MAMBA_H
 #define SL_MAMBA_H
@@ -141,13 +144,44 @@ SL_FN V sl_scan_output_strict(V y, V dskip, V ut, V zt) {
   return SL_MUL(SL_ADD(y, SL_MUL(dskip, ut)), sl_silu_strict(zt));
 }
 
+// ---- standard mode, the fast variant (CUDA scan): the same formulas as the functions above
+// with the hardware's approximate exp2/exp/log/reciprocal. The decay is 2^(delta * A2) with
+// A2 = A*log2(e) scaled once per thread, which saves one multiply per state and step (the
+// hardware exponential is base 2). Strict mode has no fast variant: its definition is fixed.
+
+template <typename V>
+SL_FN V sl_scan_A_exp2(V a_log) {
+  return sl_scan_A<false>(a_log) * SL_SPLAT(V, SL_LOG2E_F32);
+}
+
+template <typename V>
+SL_FN V sl_scan_delta_fast(V delta_raw) {
+  return sl_log_fast(SL_SPLAT(V, 1.0f) + sl_exp_fast(delta_raw));
+}
+
+template <typename V>
+SL_FN V sl_scan_state_standard_exp2(V h, V delta, V du, V a2, float bn) {
+  return sl_exp2_fast_decay(delta * a2) * h + du * bn;
+}
+
+template <typename V>
+SL_FN V sl_silu_fast(V z) {
+  return z * sl_recip_fast(SL_SPLAT(V, 1.0f) + sl_exp_fast(-z));
+}
+
+template <typename V>
+SL_FN V sl_scan_output_fast(V y, V dskip, V ut, V zt) {
+  return (y + dskip * ut) * sl_silu_fast(zt);
+}
+
 // ---- causal depthwise conv1d, kernel size 4 ----
 //
 // x, out: pointers at (b, t = 0, channel); sx, so: element strides between time steps.
 // w: pointer at tap 0 of the channel, swk: stride between taps, swd: stride between channels
 // (used only to gather SIMD lanes on the CPU); bias at the channel, sbd its channel stride.
-// out[t] = w0*x[t-3] + w1*x[t-2] + w2*x[t-1] + w3*x[t] + bias, x[t < 0] = 0.
-template <typename V, typename PX, typename PW, typename PBias, typename PO>
+// out[t] = w0*x[t-3] + w1*x[t-2] + w2*x[t-1] + w3*x[t] + bias, x[t < 0] = 0; with SILU, the
+// standard-mode SiLU of that (saves the GPU graph a separate elementwise pass over [B, L, D]).
+template <typename V, bool SILU = false, typename PX, typename PW, typename PBias, typename PO>
 SL_FN void sl_causal_conv1d_thread(PX x, SL_I64 sx, PO out, SL_I64 so, PW w, SL_I64 swk,
                                    SL_I64 swd, PBias bias, SL_I64 sbd, int length) {
   const V w0 = SL_LOAD_STRIDED(V, w, swd);
@@ -166,7 +200,8 @@ SL_FN void sl_causal_conv1d_thread(PX x, SL_I64 sx, PO out, SL_I64 so, PW w, SL_
     acc = acc + w1 * x1;
     acc = acc + w2 * x2;
     acc = acc + w3 * x3;
-    SL_STORE(out, acc + bv);
+    acc = acc + bv;
+    SL_STORE(out, SILU ? sl_silu_standard(acc) : acc);
     x0 = x1;
     x1 = x2;
     x2 = x3;

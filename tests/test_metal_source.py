@@ -2,13 +2,16 @@
 
 Metal cannot run on Linux and CI has no NVIDIA GPU, so this test builds the *shipped* kernel
 sources -- ``kernels/sl_backend_metal.h`` + ``kernels/sl_mamba.h`` + the ``*_body.h`` bodies, and
-likewise the CUDA backend with the same bodies -- into a CPU library, with a shim header for the
-few Metal/CUDA names they use (``kernels/metal_cpu_shim.h``, ``kernels/cuda_cpu_shim.h``). The
-harness wraps each body in the same signature MLX generates (pointers, ``<name>_shape`` and
-``<name>_strides`` for the names the body mentions, template constants DI/NS/STRICT) and runs one
-call per thread of the grid, so the bodies' indexing, strides, bounds checks and the per-thread
-logic are all exercised. Differences from the GPU: the shims' fast exp is the C library's expf,
-and no FMA contraction happens here (-ffp-contract=off).
+likewise the CUDA backend with its bodies (the conv body is shared; the CUDA scan has its own,
+``selective_scan_cuda_body.h`` + ``sl_scan_cuda.h``, with B/C staged in shared memory) -- into a
+CPU library, with a shim header for the few Metal/CUDA names they use
+(``kernels/metal_cpu_shim.h``, ``kernels/cuda_cpu_shim.h``). The harness wraps each body in the
+same signature MLX generates (pointers, ``<name>_shape`` and ``<name>_strides`` for the names the
+body mentions, template constants) and runs one call per thread of the grid (CUDA: each block's
+threads as concurrent std::threads, so the staged scan's shared memory and __syncthreads work as
+on the GPU), so the bodies' indexing, strides, bounds checks and the per-thread logic are all
+exercised. Differences from the GPU: the shims' fast exp/exp2/log are the C library's, and no
+FMA contraction happens here (-ffp-contract=off).
 
 Skips only if no C++ compiler is found.
 """
@@ -27,9 +30,13 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
+from speechlens_cli.kernels import gpu
 
-# Channel counts the harness instantiates (template DI); tests draw shapes from these.
-DI_VALUES = (1, 3, 8, 17, 64)
+# Channel counts the harness instantiates (template DI); tests draw shapes from these. 256 (the
+# model's) is a multiple of the CUDA scan's block, so it takes the staged path there.
+DI_VALUES = (1, 3, 8, 17, 64, 256)
+CUDA_THREADS = gpu.CUDA_SCAN_THREADS
+CUDA_CHUNK = gpu.CUDA_SCAN_CHUNK
 RTOL_SCAN = 1e-5  # relative RMS error vs float64
 ATOL_CONV = 1e-5  # max abs error vs float64 (inputs ~N(0,1))
 
@@ -58,24 +65,28 @@ def _signature(which: str, inputs: tuple[str, ...], body: str) -> str:
 def _harness(which: str) -> str:
     src = kernels.kernel_source_dir()
     conv_body = (src / "causal_conv1d_body.h").read_text()
-    scan_body = (src / "selective_scan_body.h").read_text()
+    scan_file = "selective_scan_body.h" if which == "metal" else "selective_scan_cuda_body.h"
+    scan_body = (src / scan_file).read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
+    scan_template = ("template <int DI, int NS, bool STRICT>" if which == "metal" else
+                     "template <int DI, int NS, bool STRICT, int CHUNK, int TG>")
     lines = [
         f'#include "{shim}"',
         f'#include "sl_backend_{which}.h"',
         '#include "sl_mamba.h"',
+        *(['#include "sl_scan_cuda.h"'] if which == "cuda" else []),
         "#include <array>",
         "typedef std::array<int32_t, 10> Shape;",
         "typedef std::array<int64_t, 10> Strides;",
         "",
-        "template <int DI>",
+        "template <int DI, bool SILU>",
         f"void conv_kernel(\n    {_signature(which, kernels.CONV_INPUTS, conv_body)}) {{",
         '#include "causal_conv1d_body.h"',
         "}",
         "",
-        "template <int DI, int NS, bool STRICT>",
+        scan_template,
         f"void scan_kernel(\n    {_signature(which, kernels.SCAN_INPUTS, scan_body)}) {{",
-        '#include "selective_scan_body.h"',
+        f'#include "{scan_file}"',
         "}",
         "",
         "namespace {",
@@ -114,41 +125,46 @@ def _harness(which: str) -> str:
             out.append("pos")
         return ", ".join(out)
 
-    def launch(call: str) -> list[str]:
+    def launch(call: str, block: str = "kThreadgroup") -> list[str]:
         if which == "metal":
             return ["    uint3 pos;",
                     ("    for (unsigned g = 0; g < rounded; ++g) { set_thread(pos, g); "
                      f"{call}; }}")]
-        return ["    blockDim.x = kThreadgroup; blockDim.y = blockDim.z = 1;",
-                "    for (unsigned g = 0; g < rounded; ++g) {",
-                "      blockIdx.x = g / kThreadgroup; threadIdx.x = g % kThreadgroup;",
-                f"      {call};",
-                "    }"]
+        return [f"    sl_cuda_cpu_launch((threads + {block} - 1) / {block}, {block},",
+                f"                       [&] {{ {call}; }});"]
 
     lines += [
-        'extern "C" int run_conv(int di, const float* const* in, const int* const* shape,',
-        "                        const int64_t* const* strides, float* out, unsigned threads) {",
+        'extern "C" int run_conv(int di, int silu, const float* const* in,',
+        "                        const int* const* shape, const int64_t* const* strides,",
+        "                        float* out, unsigned threads) {",
         "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup * kThreadgroup;",
-        "  switch (di) {",
+        "  (void)rounded;",
+        "  switch (di * 2 + (silu ? 1 : 0)) {",
     ]
     for di in DI_VALUES:
-        lines += [f"  case {di}: {{"]
-        lines += launch(f"conv_kernel<{di}>({args(kernels.CONV_INPUTS, conv_body)})")
-        lines += ["    return 0;", "  }"]
+        for silu in (0, 1):
+            lines += [f"  case {di * 2 + silu}: {{"]
+            lines += launch(f"conv_kernel<{di}, {'true' if silu else 'false'}>"
+                            f"({args(kernels.CONV_INPUTS, conv_body)})")
+            lines += ["    return 0;", "  }"]
     lines += ["  default: return -1;", "  }", "}", ""]
     lines += [
         'extern "C" int run_scan(int di, int strict, const float* const* in,',
         "                        const int* const* shape, const int64_t* const* strides,",
         "                        float* out, unsigned threads) {",
         "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup * kThreadgroup;",
+        "  (void)rounded;",
         "  switch (di * 2 + (strict ? 1 : 0)) {",
     ]
     for di in DI_VALUES:
         for strict in (0, 1):
-            call = (f"scan_kernel<{di}, 16, {'true' if strict else 'false'}>"
+            # CUDA: the launch geometry gpu.py uses (block size, staged chunk per mode)
+            extra = ("" if which == "metal" else
+                     f", {CUDA_CHUNK[bool(strict)]}, {CUDA_THREADS}")
+            call = (f"scan_kernel<{di}, 16, {'true' if strict else 'false'}{extra}>"
                     f"({args(kernels.SCAN_INPUTS, scan_body)})")
             lines += [f"  case {di * 2 + strict}: {{"]
-            lines += launch(call)
+            lines += launch(call, "kThreadgroup" if which == "metal" else str(CUDA_THREADS))
             lines += ["    return 0;", "  }"]
     lines += ["  default: return -1;", "  }", "}", ""]
     lines += [
@@ -169,7 +185,7 @@ def harness(request, tmp_path_factory):
     cpp = folder / f"{which}_harness.cpp"
     cpp.write_text(_harness(which))
     lib = folder / f"{which}_harness.so"
-    cmd = [*cxx.split(), "-O1", "-std=c++17", "-ffp-contract=off", "-fPIC", "-shared",
+    cmd = [*cxx.split(), "-O1", "-std=c++17", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
            "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-variable",
            f"-I{kernels.kernel_source_dir()}", "-o", str(lib), str(cpp)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -250,9 +266,10 @@ def test_scan_source_bit_identical_runs(harness):
             np.uint32))
 
 
+@pytest.mark.parametrize("silu", [False, True])
 @pytest.mark.parametrize("batch,length,channels", [(1, 1, 1), (2, 2, 3), (3, 3, 8), (2, 50, 17),
-                                                   (1, 300, 64)])
-def test_conv_source_matches_float64(harness, batch, length, channels):
+                                                   (1, 300, 64), (2, 20, 256)])
+def test_conv_source_matches_float64(harness, batch, length, channels, silu):
     which, handle = harness
     rng = np.random.default_rng(length * 31 + channels)
     xz = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
@@ -261,11 +278,39 @@ def test_conv_source_matches_float64(harness, batch, length, channels):
     bias = rng.standard_normal(channels).astype(np.float32)
     out = np.full(x.shape, np.nan, np.float32)
     ptrs, shp, strd, _keep = _pack([x, weight, bias])
-    assert handle.run_conv(channels, ptrs, shp, strd, out.ctypes.data_as(ctypes.c_void_p),
-                           batch * channels) == 0
+    assert handle.run_conv(channels, int(silu), ptrs, shp, strd,
+                           out.ctypes.data_as(ctypes.c_void_p), batch * channels) == 0
     want = ref.reference_causal_conv1d(x, weight.transpose(0, 2, 1), bias)
+    if silu:
+        want = want / (1.0 + np.exp(-want))
     assert out.shape == want.shape
     assert float(np.max(np.abs(out - want))) <= ATOL_CONV, which
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("batch,length", [(1, 1), (2, 16), (3, 33), (2, 70)])
+def test_scan_source_model_width(harness, strict, batch, length):
+    """D = 256, the model's: on CUDA a multiple of the block, so B/C are staged in shared memory
+    (chunks of 16/32 steps; lengths below, at and past a chunk, and not a multiple of it)."""
+    which, handle = harness
+    args = _scan_inputs(np.random.default_rng(length), batch, length, 256)
+    out = _run_scan(handle, args, strict)
+    assert np.all(np.isfinite(out)), f"{which}: unwritten or non-finite outputs"
+    assert _rel_rms(out, ref.reference_selective_scan(*args)) <= RTOL_SCAN, which
+
+
+@pytest.mark.parametrize("channels", [17, 256])
+def test_scan_source_unaligned_bc(harness, channels):
+    """B and C at an odd offset (no float4 loads possible) and with a state stride of 2."""
+    which, handle = harness
+    rng = np.random.default_rng(11)
+    u, delta_raw, A_log, _, _, D, z = _scan_inputs(rng, 2, 41, channels)
+    dbl = rng.standard_normal((2, 41, 70)).astype(np.float32)
+    Bm, Cm = dbl[..., 1:17], dbl[..., 37:69:2]
+    args = (u, delta_raw, A_log, Bm, Cm, D, z)
+    for strict in (False, True):
+        out = _run_scan(handle, args, strict)
+        assert _rel_rms(out, ref.reference_selective_scan(*args)) <= RTOL_SCAN, (which, strict)
 
 
 def test_exp_poly_source_is_the_reference_polynomial(harness):

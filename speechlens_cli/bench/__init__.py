@@ -53,7 +53,8 @@ def _now() -> str:
               help="Stop a case's trials (after at least one) once the next would end past this "
                    "many seconds; the report says so. Default: none on a GPU, 1800 on the CPU.")
 @click.option("--peer/--no-peer", default=True, show_default=True,
-              help="Also run the PyTorch peer (needs pip install 'speechlens[bench]').")
+              help=("Also run the peers: the plain-loop PyTorch one (pip install "
+                    "'speechlens[bench]') and, on CUDA with mamba_ssm, NVIDIA's stack."))
 @click.option("--peer-cases", default=None, metavar="PATTERNS",
               help="Case patterns whose input/window the peer also runs (default: '5s-*').")
 @click.option("--peer-warmup", type=click.IntRange(0), default=None,

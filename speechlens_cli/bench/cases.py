@@ -22,6 +22,13 @@ DEFAULT_CASES = {
 QUICK_CASES = "5s-16k-w5-standard"
 #: The peer runs on these (it is slow: a Python loop over time steps).
 DEFAULT_PEER_CASES = "5s-*"
+#: The two peers, named as every report names them. The plain-loop one runs everywhere torch does;
+#: NVIDIA's own stack (mamba_ssm's fused CUDA kernels) only with MLX's CUDA backend.
+PLAIN_PEER = "PyTorch, plain-loop scan"
+NVIDIA_PEER = "NVIDIA stack (PyTorch + mamba_ssm)"
+#: The NVIDIA stack runs once per TF32 setting: torch's defaults (cuDNN convolutions in TF32)
+#: and off (float32 throughout, speechlens's arithmetic).
+NVIDIA_TF32_MODES = ("default", "off")
 
 
 def rate_label(rate: int) -> str:

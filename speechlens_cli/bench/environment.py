@@ -140,8 +140,7 @@ def environment(peer: dict | None = None) -> dict[str, str]:
         env["cpu kernel build"] = (f"{compiler_version()}; flags "
                                    f"{' '.join(kernels.CPU_COMPILE_FLAGS)}")
     else:
-        group = os.environ.get(kernels.THREADGROUP_ENV, kernels.GPU_THREADGROUP)
-        env["gpu kernels"] = f"mx.fast.{which}_kernel, threadgroup {group}"
+        env["gpu kernels"] = info.get("gpu_kernels", f"mx.fast.{which}_kernel")
     settings = {k: v for k, v in os.environ.items()
                 if k.startswith(("SPEECHLENS_", "OMP_", "OPENBLAS_", "MLX_"))}
     env["environment variables"] = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "-"

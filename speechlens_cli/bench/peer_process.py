@@ -28,7 +28,7 @@ import numpy as np
 
 def main(argv: list[str]) -> int:
     args = json.loads(argv[1])
-    from speechlens_cli.bench import runner, torch_peer
+    from speechlens_cli.bench import cases, runner, torch_peer
 
     # The same arithmetic as speechlens: full float32 unless MLX_ENABLE_TF32=1 (speechlens sets
     # it to 0 by default). torch's cuDNN convolutions use TF32 by default, which alone moved the
@@ -69,11 +69,12 @@ def main(argv: list[str]) -> int:
     timing = runner.time_runs(
         lambda: runner.stream(src, dst, window_fn, rate, args["window"], args["overlap"]),
         args["warmup"], args["trials"], args["budget_s"], log, args["label"])
-    info = {"peer": (f"PyTorch {torch.__version__} on {torch_peer.device_name(device)}, in a "
+    info = {cases.PLAIN_PEER: (f"PyTorch {torch.__version__} on {torch_peer.device_name(device)}, "
+                               "in a "
                      "process of its own; speechlens_cli/bench/torch_peer.py: per-step Python "
                      "loop selective scan, float32")}
     if device == "cuda":
-        info["peer cuda"] = (f"CUDA {torch.version.cuda}, cuDNN "
+        info[f"{cases.PLAIN_PEER}, CUDA"] = (f"CUDA {torch.version.cuda}, cuDNN "
                              f"{torch.backends.cudnn.version()}, TF32 {'on' if tf32 else 'off'} "
                              "(as speechlens: MLX_ENABLE_TF32)")
     result = {"device": device, "load_s": load_s, "info": info,

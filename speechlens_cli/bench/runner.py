@@ -4,8 +4,11 @@ Each trial streams one synthetic file through ``speechlens_cli.pipeline.enhance_
 pipeline `speechlens enhance` uses: windows, cross-fade, a float WAV read and written block by
 block) and is timed with ``time.perf_counter`` from the first read to the last write. Every
 window is evaluated (``mx.eval``) and copied back to NumPy before the next one, so GPU work is
-included. The peer runs the same windows through the same function on the same input, in a
-process of its own (peer_process.py: torch must load its CUDA libraries before MLX does).
+included. The plain-loop peer runs the same windows through the same function on the same input,
+in a process of its own (peer_process.py: torch must load its CUDA libraries before MLX does).
+With MLX's CUDA backend and mamba_ssm installed, NVIDIA's own stack (nvidia_peer.py, also a
+process of its own) runs the same input too, whole file as one window as NVIDIA's scripts do,
+once per TF32 setting; it runs only for groups whose window holds the whole file.
 """
 
 from __future__ import annotations
@@ -125,6 +128,18 @@ def time_runs(run_once: Callable[[], None], warmup: int, trials: int, budget_s: 
     return timing
 
 
+def nvidia_peer_missing(backend: str) -> str | None:
+    """Why NVIDIA's stack cannot run here, or None when it can."""
+    if backend != "cuda":
+        return (f"mamba_ssm's fused kernels need an NVIDIA GPU and MLX's CUDA backend; this "
+                f"run's backend is {backend}")
+    for name in ("torch", "mamba_ssm"):
+        if importlib.util.find_spec(name) is None:
+            return (f"{name} is not installed (mamba_ssm and causal-conv1d with their CUDA "
+                    "extensions)")
+    return None
+
+
 # ------------------------------------------------------------------------------ runs
 
 @dataclass
@@ -169,6 +184,7 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
                   "fixtures": {}, "rss_peak_reset": reset_rss_peak()}
     peer_missing = None if importlib.util.find_spec("torch") else (
         "torch is not installed (pip install 'speechlens[bench]')")
+    nvidia_missing = nvidia_peer_missing(kernels.backend())
     groups: dict[tuple, list[matrix.Case]] = {}
     for case in options.cases:
         groups.setdefault(case.group, []).append(case)
@@ -197,11 +213,16 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
                 fnmatch.fnmatchcase(group[0].group_name + "-" + m, p.strip())
                 for m in matrix.MODES for p in options.peer_patterns.split(","))
             if want_peer and peer_missing:
-                body["peer_info"] = {"peer": f"not run: {peer_missing}"}
+                body["peer_info"][matrix.PLAIN_PEER] = f"not run: {peer_missing}"
             elif want_peer:
                 row = _run_peer(group[0], ckpt, src, tmp, outputs, options, gpu, log)
                 body["peer"].append(row)
                 body["peer_info"].update(row.pop("info", {}))
+                if on_progress:
+                    on_progress(body)
+            if want_peer:
+                _nvidia_peers(group[0], ckpt, src, tmp, outputs, options, nvidia_missing, body,
+                              log)
                 if on_progress:
                     on_progress(body)
     return body
@@ -252,6 +273,20 @@ def _timing_fields(timing: Timing, seconds: float) -> dict:
             "note": timing.note}
 
 
+def _peer_process(script: str, args: dict, row: dict, label: str, log: Log) -> dict | None:
+    """Run a peer script of this folder in its own process; its last stdout line (JSON), or None
+    with row["error"] set."""
+    path = Path(__file__).with_name(script)
+    proc = subprocess.run([sys.executable, str(path), json.dumps(args)], stdout=subprocess.PIPE,
+                          text=True, check=False)
+    lines = proc.stdout.strip().splitlines()
+    if proc.returncode != 0 or not lines:
+        row["error"] = f"{script} failed (exit {proc.returncode}; see its stderr above)"
+        log(f"{label}: FAILED {row['error']}")
+        return None
+    return json.loads(lines[-1])
+
+
 def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
               outputs: dict[str, np.ndarray], options: Options, gpu: bool, log: Log) -> dict:
     """Time the peer on the same input and windows, in a process of its own (peer_process.py)."""
@@ -260,23 +295,17 @@ def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
     trials = defaults.trials if options.peer_trials is None else options.peer_trials
     dst = tmp / f"peer-{case.group_name}.wav"
     label = f"{case.group_name} peer"
-    row = {"group": case.group_name, "seconds": case.seconds, "rate": case.rate,
-           "window_s": case.window, "overlap": options.overlap, "device": options.peer_device,
-           "load_at_start": load_average()}
+    row = {"group": case.group_name, "peer": matrix.PLAIN_PEER, "seconds": case.seconds,
+           "rate": case.rate, "window_s": case.window, "overlap": options.overlap,
+           "device": options.peer_device, "load_at_start": load_average()}
     log(f"{label}: {warmup} warm-up + {trials} trials (device {options.peer_device})")
     args = {"weights": str(ckpt.weights), "config": str(ckpt.config) if ckpt.config else None,
             "device": options.peer_device, "src": str(src), "dst": str(dst), "rate": case.rate,
             "window": case.window, "overlap": options.overlap, "warmup": warmup,
             "trials": trials, "budget_s": options.budget_s, "label": label}
-    script = Path(__file__).with_name("peer_process.py")
-    proc = subprocess.run([sys.executable, str(script), json.dumps(args)], stdout=subprocess.PIPE,
-                          text=True, check=False)
-    lines = proc.stdout.strip().splitlines()
-    if proc.returncode != 0 or not lines:
-        row["error"] = f"the peer process failed (exit {proc.returncode}; see its stderr above)"
-        log(f"{label}: FAILED {row['error']}")
+    result = _peer_process("peer_process.py", args, row, label, log)
+    if result is None:
         return row
-    result = json.loads(lines[-1])
     timing = Timing(result["warmup"], result["trials_planned"], result["times_s"], result["note"])
     row.update(_timing_fields(timing, case.seconds))
     row.update(device=result["device"], peer_load_s=result["load_s"], info=result["info"],
@@ -286,6 +315,66 @@ def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
     row["parity_rel_rmse"] = {mode: rel_rmse(out, ref) for mode, ref in outputs.items()}
     row["finite"] = bool(np.isfinite(out).all())
     log(f"{label}: median {timing.median_s:.3f} s; parity (waveform rel-RMSE vs speechlens) "
+        + ", ".join(f"{m} {v:.2e}" for m, v in row["parity_rel_rmse"].items()))
+    return row
+
+
+def _nvidia_peers(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
+                  outputs: dict[str, np.ndarray], options: Options, missing: str | None,
+                  body: dict, log: Log) -> None:
+    """NVIDIA's stack on this group's input, once per TF32 setting, or why it did not run."""
+    if missing is None and case.window < case.seconds:
+        missing = (f"it runs whole files as one window; this group's window ({case.window:g} s) "
+                   f"is shorter than the file ({case.seconds:g} s)")
+    if missing:
+        note = body["peer_info"].get(matrix.NVIDIA_PEER, "")
+        if f"not run: {missing}" not in note:
+            body["peer_info"][matrix.NVIDIA_PEER] = (note + "; " if note else "") + (
+                f"not run: {missing}")
+            log(f"{matrix.NVIDIA_PEER}: not run: {missing}")
+        return
+    for tf32 in matrix.NVIDIA_TF32_MODES:
+        row = _run_nvidia_peer(case, ckpt, src, tmp, outputs, options, tf32, log)
+        body["peer"].append(row)
+        body["peer_info"].update(row.pop("info", {}))
+
+
+def _run_nvidia_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
+                     outputs: dict[str, np.ndarray], options: Options, tf32: str,
+                     log: Log) -> dict:
+    """Time nvidia_peer.py (its own process) on the whole file; parity against speechlens."""
+    defaults = matrix.default_repeats(case, gpu=True)  # as fast as speechlens: same repeats
+    warmup = defaults.warmup if options.peer_warmup is None else options.peer_warmup
+    trials = defaults.trials if options.peer_trials is None else options.peer_trials
+    name = f"{matrix.NVIDIA_PEER}, TF32 {'torch defaults' if tf32 == 'default' else tf32}"
+    dst = tmp / f"nvidia-{tf32}-{case.group_name}.npy"
+    label = f"{case.group_name} nvidia"
+    row = {"group": case.group_name, "peer": name, "seconds": case.seconds, "rate": case.rate,
+           "window_s": case.seconds, "overlap": 0.0, "device": "cuda",
+           "load_at_start": load_average()}
+    log(f"{label} (TF32 {tf32}): {warmup} warm-up + {trials} trials")
+    args = {"weights": str(ckpt.weights), "config": str(ckpt.config) if ckpt.config else None,
+            "device": "cuda", "tf32": tf32, "warmup": warmup, "trials": trials,
+            "cases": [{"src": str(src), "rate": case.rate, "label": label, "dst": str(dst)}]}
+    result = _peer_process("nvidia_peer.py", args, row, label, log)
+    if result is None:
+        return row
+    timed, info = result["cases"][0], result["info"]
+    timing = Timing(timed["warmup"], timed["trials"], timed["times_s"])
+    row.update(_timing_fields(timing, case.seconds))
+    row.update(peer_load_s=result["load_s"], torch_peak_bytes=timed.get(
+        "max_memory_allocated_bytes"), rss_peak_bytes=None, load_at_end=load_average())
+    row["info"] = {name: (
+        f"torch {info.get('torch')}, CUDA {info.get('cuda')}, cuDNN {info.get('cudnn')}, "
+        f"mamba_ssm {info.get('mamba_ssm', '?')}, {info.get('mamba_modules')} x "
+        f"{info.get('mamba_module_class')}, fused path {info.get('fused_path')}; "
+        f"cuda.matmul.allow_tf32={info.get('cuda.matmul.allow_tf32')}, "
+        f"cudnn.allow_tf32={info.get('cudnn.allow_tf32')}; whole file as one window, own "
+        "process; peak = torch.cuda.max_memory_allocated")}
+    out = np.load(dst)
+    row["parity_rel_rmse"] = {mode: rel_rmse(out, ref) for mode, ref in outputs.items()}
+    row["finite"] = bool(np.isfinite(out).all())
+    log(f"{label} (TF32 {tf32}): median {timing.median_s:.3f} s; parity vs speechlens "
         + ", ".join(f"{m} {v:.2e}" for m, v in row["parity_rel_rmse"].items()))
     return row
 

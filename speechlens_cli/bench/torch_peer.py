@@ -212,12 +212,16 @@ class Mamba(nn.Module):
 
 
 class BiMamba(nn.Module):
-    def __init__(self, cfg: dict):
+    """`mamba` builds each direction's module from (d, d_state, d_conv, expand): this file's
+    plain Mamba by default, mamba_ssm's for the NVIDIA peer (nvidia_peer.py)."""
+
+    def __init__(self, cfg: dict, mamba=None):
         super().__init__()
         d = cfg["hid_feature"]
         args = (d, cfg["d_state"], cfg["d_conv"], cfg["expand"])
-        self.forward_blocks = Mamba(*args)
-        self.backward_blocks = Mamba(*args)
+        make = Mamba if mamba is None else mamba
+        self.forward_blocks = make(*args)
+        self.backward_blocks = make(*args)
         self.output_proj = nn.Linear(2 * d, d)
         self.norm = nn.LayerNorm(d, eps=cfg["norm_epsilon"])
 
@@ -229,10 +233,10 @@ class BiMamba(nn.Module):
 
 
 class TFMambaBlock(nn.Module):
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, mamba=None):
         super().__init__()
-        self.time_mamba = BiMamba(cfg)
-        self.freq_mamba = BiMamba(cfg)
+        self.time_mamba = BiMamba(cfg, mamba)
+        self.freq_mamba = BiMamba(cfg, mamba)
 
     def forward(self, x):                                    # [B, C, T, F]
         b, c, t, f = x.shape
@@ -246,12 +250,12 @@ class TFMambaBlock(nn.Module):
 class SEMambaPeer(nn.Module):
     """The generator: [B, F, T] compressed magnitude and phase in, enhanced ones out."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, mamba=None):
         super().__init__()
         self.cfg = cfg
         ch = cfg["hid_feature"]
         self.dense_encoder = DenseEncoder(cfg["input_channel"], ch)
-        self.TSMamba = nn.ModuleList(TFMambaBlock(cfg) for _ in range(cfg["num_tfmamba"]))
+        self.TSMamba = nn.ModuleList(TFMambaBlock(cfg, mamba) for _ in range(cfg["num_tfmamba"]))
         self.mask_decoder = MaskDecoder(ch, cfg["output_channel"])
         self.phase_decoder = PhaseDecoder(ch, cfg["output_channel"])
 
@@ -317,15 +321,16 @@ def _real_bins(num_samples: int, n_fft: int, hop: int) -> np.ndarray:
 
 
 def load_peer(weights: str | Path, config: str | Path | None = None,
-              device: str | torch.device = "cpu") -> SEMambaPeer:
-    """Build the peer from an official-layout checkpoint (a folder or its model.safetensors)."""
+              device: str | torch.device = "cpu", mamba=None) -> SEMambaPeer:
+    """Build the peer from an official-layout checkpoint (a folder or its model.safetensors);
+    `mamba` as in BiMamba."""
     weights = Path(weights)
     if weights.is_dir():
         weights = weights / "model.safetensors"
     if config is None:
         config = weights.with_name("config.json")
     cfg = read_config(config)
-    model = SEMambaPeer(cfg)
+    model = SEMambaPeer(cfg, mamba)
     state = {}
     for name, value in read_safetensors(weights).items():
         for prefix in _PREFIXES:

@@ -4,9 +4,10 @@ Every Mamba call runs both (docs/kernels.md). The per-thread logic lives once, i
 ``kernels/sl_mamba.h``, and runs on three backends:
 
 * **Metal** (``mx.metal.is_available()``): ``mx.fast.metal_kernel``;
-* **CUDA** (``mx.cuda.is_available()``, ``mlx[cuda13]``): ``mx.fast.cuda_kernel``; both run the
-  same bodies ``kernels/*_body.h`` with their backend header (``sl_backend_metal.h``,
-  ``sl_backend_cuda.h``);
+* **CUDA** (``mx.cuda.is_available()``, ``mlx[cuda13]``): ``mx.fast.cuda_kernel``; both run
+  ``kernels/*_body.h`` with their backend header (``sl_backend_metal.h``, ``sl_backend_cuda.h``):
+  the conv body is shared, the CUDA scan has its own (``selective_scan_cuda_body.h`` +
+  ``sl_scan_cuda.h``: B/C staged per block, next-step prefetch), the math is ``sl_mamba.h``'s;
 * **CPU** (the default device is the CPU, or no GPU backend): the same header compiled into a
   small C++ library (``kernels/cpu_kernels.cpp``; built by ``pip install`` as
   ``speechlens_cli/_cpu_kernels*.so``, else compiled on first use into a cache folder), called

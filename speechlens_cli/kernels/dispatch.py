@@ -10,7 +10,7 @@ from .contract import KernelInputError, validate_conv, validate_scan
 from .cpu_binding import cpu_library, cpu_threads
 from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
 from .fallback import conv1d_fallback, selective_scan_ops
-from .gpu import gpu_conv, gpu_conv_works, gpu_scan
+from .gpu import gpu_conv, gpu_conv_works, gpu_scan, launch_description
 from .notices import warn_once
 
 DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
@@ -42,8 +42,9 @@ def causal_conv1d(x: mx.array, weight: mx.array, bias: mx.array, silu: bool = Fa
     """x [B, L, D], weight [D, 4, 1] (MLX layout), bias [D] -> [B, L, D], zero causal padding.
 
     ``silu=True`` returns SiLU(conv): fused into the CPU kernel (MLX's CPU sigmoid is scalar and
-    cost more than the conv itself, measured); a separate op on GPU backends, where fusing it
-    into the Metal kernel measured slower than MLX's own sigmoid.
+    cost more than the conv itself, measured) and the CUDA kernel (the separate op doubled the
+    conv's time on an H200); a separate op on Metal, where fusing it measured slower than MLX's
+    own sigmoid.
     """
     y, fused = _dispatch_conv(x, weight, bias, silu)
     return y * mx.sigmoid(y) if silu and not fused else y
@@ -69,7 +70,8 @@ def _dispatch_conv(x, weight, bias, silu: bool) -> tuple[mx.array, bool]:
             warn_once("conv-no-cpu-library", "causal_conv1d: no CPU kernel library; "
                       "using mx.conv1d")
         elif gpu_conv_works(which, int(x.shape[2])):
-            return gpu_conv(x, weight, bias, which), False
+            fuse = silu and which == "cuda"
+            return gpu_conv(x, weight, bias, which, silu=fuse), fuse
     except Exception as exc:  # noqa: BLE001 - a dispatch failure means: use the fallback
         warn_once(f"conv-dispatch-{which}",
                   f"causal_conv1d: the {which} kernel failed ({exc}); using mx.conv1d")
@@ -123,4 +125,6 @@ def kernel_info() -> dict[str, str]:
         if lib:
             info["cpu_isa"] = lib.isa_name()
             info["cpu_threads"] = str(cpu_threads())
+    else:
+        info["gpu_kernels"] = launch_description(which)
     return info

@@ -17,12 +17,23 @@ SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
 OUTPUTS = ("out",)
 THREADGROUP_ENV = "SPEECHLENS_GPU_THREADGROUP"
 GPU_THREADGROUP = 256  # threads per threadgroup / CUDA block (THREADGROUP_ENV overrides)
+# The CUDA scan (selective_scan_cuda_body.h): 128 threads per block, B/C staged per block in
+# chunks of 16 steps (standard) or 32 (strict, whose longer step hides a barrier better): the
+# fastest of the designs measured on an H200 at RE-USE's shapes (docs/kernels.md).
+CUDA_SCAN_THREADS = 128
+CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 
 @functools.cache
 def _gpu_kernel(name: str, which: str):
     inputs = CONV_INPUTS if name == "causal_conv1d" else SCAN_INPUTS
     common = source("sl_mamba.h")
+    if which == "cuda" and name == "selective_scan":
+        return mx.fast.cuda_kernel(
+            name="speechlens_selective_scan_cuda", input_names=list(inputs),
+            output_names=list(OUTPUTS), source=source("selective_scan_cuda_body.h"),
+            header=source("sl_backend_cuda.h") + common + source("sl_scan_cuda.h"),
+            ensure_row_contiguous=False)
     if which == "metal":
         return mx.fast.metal_kernel(
             name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
@@ -40,21 +51,47 @@ def threadgroup() -> int:
     return int(os.environ.get(THREADGROUP_ENV, GPU_THREADGROUP))
 
 
-def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str) -> mx.array:
+def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
+             silu: bool = False) -> mx.array:
+    """``silu`` fuses SiLU into the kernel (one pass over [B, L, D] instead of two)."""
     batch, _, channels = x.shape
     kernel = _gpu_kernel("causal_conv1d", which)
-    return kernel(inputs=[x, weight, bias], template=[("DI", int(channels))],
+    return kernel(inputs=[x, weight, bias],
+                  template=[("DI", int(channels)), ("SILU", bool(silu))],
                   grid=(batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
                   output_shapes=[tuple(x.shape)], output_dtypes=[mx.float32])[0]
+
+
+def cuda_scan_threads() -> int:
+    return int(os.environ.get(THREADGROUP_ENV, CUDA_SCAN_THREADS))
 
 
 def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str) -> mx.array:
     batch, _, channels = u.shape
     kernel = _gpu_kernel("selective_scan", which)
+    if which == "cuda":
+        threads = cuda_scan_threads()
+        return kernel(inputs=[u, delta_raw, A_log, B, C, D, z],
+                      template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict)),
+                                ("CHUNK", CUDA_SCAN_CHUNK[bool(strict)]), ("TG", threads)],
+                      grid=(batch * channels, 1, 1), threadgroup=(threads, 1, 1),
+                      output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
     return kernel(inputs=[u, delta_raw, A_log, B, C, D, z],
                   template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))],
                   grid=(batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
                   output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
+
+
+def launch_description(which: str) -> str:
+    """The launch geometry of this backend's kernels (for benchmark and bug reports)."""
+    conv = f"conv: threadgroup {threadgroup()}"
+    if which == "cuda":
+        return (f"mx.fast.cuda_kernel; {conv}, SiLU fused; scan: selective_scan_cuda_body.h, "
+                f"{cuda_scan_threads()} threads per block, B/C staged per block (D a multiple "
+                f"of it) in chunks of {CUDA_SCAN_CHUNK[False]} (standard) / "
+                f"{CUDA_SCAN_CHUNK[True]} (strict) steps")
+    return (f"mx.fast.{which}_kernel; {conv}, SiLU as a separate op; scan: "
+            f"selective_scan_body.h, threadgroup {threadgroup()}")
 
 
 _conv_probed: dict[tuple[str, int], bool] = {}
@@ -68,7 +105,10 @@ def gpu_conv_works(which: str, channels: int) -> bool:
         try:
             x = mx.zeros((1, 2, channels), mx.float32)
             w = mx.zeros((channels, CONV_WIDTH, 1), mx.float32)
-            mx.eval(gpu_conv(x, w, mx.zeros((channels,), mx.float32), which))
+            bias = mx.zeros((channels,), mx.float32)
+            mx.eval(gpu_conv(x, w, bias, which))
+            if which == "cuda":  # the fused-SiLU variant is a kernel of its own
+                mx.eval(gpu_conv(x, w, bias, which, silu=True))
             _conv_probed[key] = True
         except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
             _conv_probed[key] = False
