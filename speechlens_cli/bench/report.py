@@ -16,7 +16,7 @@ GB = 1e9
 #: The performance targets a run is judged against (benchmarks, not unit tests).
 GPU_5S_44K_SECONDS = 0.15
 GPU_PEER_SPEEDUP = 10.0
-#: Against NVIDIA's own stack with torch's defaults, 5-s files (issue 13).
+#: Against NVIDIA's own stack with torch's defaults, 5-s files: the peer a GPU user would run.
 GPU_NVIDIA_SPEEDUP = 2.0
 CPU_PEER_SPEEDUP = 3.0
 CPU_RTF_16K = 4.0
