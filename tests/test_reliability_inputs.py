@@ -13,6 +13,7 @@ tiny model, comparing peak RSS with a short input.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -35,6 +36,7 @@ from speechlens_cli.errors import AudioInputError, UsageError
 from speechlens_cli.model.config import ModelConfig
 from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import (
+    CHILD,
     RATE,
     REPO,
     audit_outputs,
@@ -546,3 +548,24 @@ def test_names_that_are_not_utf8_are_enhanced(tmp_path, tiny_checkpoint):
     out = os.path.join(root, b"out")
     assert sorted(os.listdir(out)) == [b"caf\xe9.wav", b"good.wav"]
     assert not leftovers(tmp_path)
+
+
+def test_endless_non_audio_on_stdin_is_refused_at_once(tmp_path, tiny_checkpoint):
+    """`yes | speechlens enhance - out.wav`: refused after its first megabyte, with nothing
+    spooled to TMPDIR (500 MB were buffered in 6 s before)."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD, "enhance", "-", str(tmp_path / "out.wav"), "--model",
+         str(tiny_checkpoint)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, cwd=REPO, env={**os.environ, "TMPDIR": str(spool)}, bufsize=0)
+    sent, block = 0, b"y\n" * 32768
+    with contextlib.suppress(BrokenPipeError):
+        while sent < 256 * 2 ** 20:   # the old code would take all of it
+            sent += process.stdin.write(block) or 0
+    _, stderr = process.communicate(timeout=120)   # closes stdin
+    assert process.returncode == 1
+    assert "<stdin>: not a readable audio file (no format recognised" in \
+        one_error_line(stderr.decode())
+    assert sent < 16 * 2 ** 20, sent
+    assert list(spool.iterdir()) == [] and not (tmp_path / "out.wav").exists()

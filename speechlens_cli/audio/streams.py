@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import shutil
 import sys
@@ -11,7 +12,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-from ..errors import OutputError
+import soundfile as sf
+
+from ..errors import AudioInputError, OutputError
+from . import libsndfile
+from .libsndfile import native_stderr_silenced
 
 _COPY_BLOCK = 1 << 20
 
@@ -28,6 +33,9 @@ def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     try:
         try:
             with os.fdopen(handle, "wb") as sink:
+                first = stream.read(_COPY_BLOCK)
+                _check_audio_start(first)
+                sink.write(first)
                 shutil.copyfileobj(stream, sink, _COPY_BLOCK)
         except OSError as error:
             raise OutputError(f"<stdin>: could not be buffered in {folder} "
@@ -37,6 +45,21 @@ def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+
+
+def _check_audio_start(first: bytes) -> None:
+    """Refuse a stream whose first bytes are no format libsndfile knows before any more of it is
+    buffered: `yes | speechlens enhance - out.wav` would otherwise fill TMPDIR first. Only an
+    unknown format is refused here; a known one cut short is left to the full read (a CAF, say,
+    does not parse from its first megabyte)."""
+    try:
+        with native_stderr_silenced():
+            sf.info(io.BytesIO(first))
+    except libsndfile.ERRORS as error:
+        if "not recognised" in libsndfile.reason(error):
+            raise AudioInputError(f"<stdin>: not a readable audio file (no format recognised in "
+                                  f"its first {len(first):,} bytes; nothing more was read)") \
+                from None
 
 
 def copy_to_stream(path: Path, stream: BinaryIO) -> None:
