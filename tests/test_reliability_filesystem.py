@@ -12,6 +12,7 @@ symlink) is refused and an unwritable folder (/sys) fails before the model runs.
 from __future__ import annotations
 
 import errno
+import io
 import json
 import os
 import shutil
@@ -25,6 +26,7 @@ import pytest
 import soundfile as sf
 
 from speechlens_cli import api
+from speechlens_cli.errors import OutputError
 from tests.reliability import (
     CHILD,
     REPO,
@@ -401,4 +403,52 @@ def test_an_output_name_at_the_length_limit_is_written(tmp_path, tiny_checkpoint
     result = invoke("enhance", source, target, "--model", tiny_checkpoint)
     assert result.exit_code == 0, result.output
     assert sf.info(str(target)).frames == sf.info(str(source)).frames
+    assert not leftovers(tmp_path)
+
+
+class _Trickle(io.RawIOBase):
+    """A raw stream that takes at most `most` bytes per write, as a nearly full disk or a busy
+    pipe does for stdout under PYTHONUNBUFFERED=1 (the count is in write's return value)."""
+
+    def __init__(self, most: int):
+        self.most, self.taken = most, bytearray()
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data) -> int:
+        piece = bytes(data[:self.most])
+        self.taken += piece
+        return len(piece)
+
+
+@cases(2)
+def test_short_writes_to_stdout_deliver_every_byte_or_fail(tmp_path):
+    """The audio copied to a stream that takes 1,000 bytes per call arrives whole (the copy
+    used to drop the rest of each block and report success); a stream that takes nothing is a
+    write failure, never exit 0."""
+    from speechlens_cli.audio import copy_to_stream
+
+    src = make_audio(tmp_path / "in.wav", 16_000)
+    trickle = _Trickle(1000)
+    copy_to_stream(src, trickle)
+    assert bytes(trickle.taken) == src.read_bytes()
+    with pytest.raises(OutputError, match=r"<stdout>: write failed \(the stream accepted no"):
+        copy_to_stream(src, _Trickle(0))
+
+
+def test_json_report_to_a_full_device_finishes_the_batch(tmp_path, tiny_checkpoint):
+    """`--json > /dev/full`: every file is still enhanced, then one line says the report was
+    lost, exit 1 (it used to be a traceback after the first file, the rest not done)."""
+    for name in ("a", "b", "c"):
+        make_audio(tmp_path / "in" / f"{name}.wav", seed=ord(name))
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run([sys.executable, "-c", CHILD, "enhance", str(tmp_path / "in"),
+                               str(tmp_path / "out"), "--model", str(tiny_checkpoint), "--json",
+                               "-q"], stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              timeout=300, check=False)
+    assert done.returncode == 1, done.stderr
+    assert "<stdout>: the --json report could not be written (No space left on device)" in \
+        one_error_line(done.stderr)
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["a.wav", "b.wav", "c.wav"]
     assert not leftovers(tmp_path)

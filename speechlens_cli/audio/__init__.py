@@ -16,12 +16,13 @@ from .read import (
     read_info,
 )
 from .sink import Sink
-from .streams import copy_to_stream, spooled_stdin
+from .streams import copy_to_stream, detach_stdout, spooled_stdin, write_line
 from .tree import Skipped, TreeScan, scan_tree
 
 __all__ = [
     "MAX_CHANNELS", "AudioInfo", "OutputFormat", "Sink", "Skipped", "TreeScan",
     "atomic_output", "check_channels", "check_finite", "check_subtype_name", "check_writable",
-    "copy_to_stream", "format_for_suffix", "nearest_existing", "open_reader", "output_format",
-    "read_block", "read_info", "same_file", "scan_tree", "spooled_stdin",
+    "copy_to_stream", "detach_stdout", "format_for_suffix", "nearest_existing", "open_reader",
+    "output_format", "read_block", "read_info", "same_file", "scan_tree", "spooled_stdin",
+    "write_line",
 ]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import io
 import os
 import shutil
@@ -62,21 +63,41 @@ def _check_audio_start(first: bytes) -> None:
                 from None
 
 
+def write_all(stream: BinaryIO, data: bytes) -> None:
+    """Every byte of `data`, or an OSError. A raw stream (stdout under PYTHONUNBUFFERED=1, say)
+    may take fewer bytes than it is given and say so only in its return value: a full disk
+    then cut the audio short while the copy reported success."""
+    view = memoryview(data)
+    while view:
+        written = stream.write(view)
+        if not written:   # 0, or None from a non-blocking stream with no room
+            raise OSError(errno.EIO, "the stream accepted no more bytes")
+        view = view[written:]
+
+
 def copy_to_stream(path: Path, stream: BinaryIO) -> None:
     try:
         with open(path, "rb") as source:
-            shutil.copyfileobj(source, stream, _COPY_BLOCK)
+            for block in iter(lambda: source.read(_COPY_BLOCK), b""):
+                write_all(stream, block)
         stream.flush()
     except BrokenPipeError:
-        _detach_stdout()
+        detach_stdout()
         raise OutputError("<stdout>: the reader closed the pipe before all the audio was written") \
             from None
     except OSError as error:
-        _detach_stdout()
+        detach_stdout()
         raise OutputError(f"<stdout>: write failed ({error.strerror or error})") from None
 
 
-def _detach_stdout() -> None:
+def write_line(line: str) -> None:
+    """One line of text on stdout through the checked writer (the --json report)."""
+    stream = sys.stdout.buffer
+    write_all(stream, (line + "\n").encode())
+    stream.flush()
+
+
+def detach_stdout() -> None:
     """Point fd 1 at /dev/null: what is still buffered for stdout goes nowhere, so the
     interpreter's final flush cannot fail a second time (a traceback, exit code 120)."""
     with contextlib.suppress(OSError, ValueError, AttributeError):

@@ -10,7 +10,7 @@ import click
 
 from .. import api, checkpoint, distributed
 from .. import audio as audio_io
-from ..errors import BatchFailedError, SpeechlensError, UsageError
+from ..errors import BatchFailedError, OutputError, SpeechlensError, UsageError
 from ..pipeline import (
     DEFAULT_CHUNK_SECONDS,
     DEFAULT_DEVICE,
@@ -142,5 +142,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
     reporter.summary()
     if errors and not batch:
         raise errors[0]
+    if reporter.json_error:
+        raise OutputError(reporter.json_error)
     if errors:
         raise BatchFailedError(f"{len(errors)} of {len(jobs)} files failed (listed above)")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from .. import audio as audio_io
 from ..api import FilePlan
 from ..results import FileResult, Status
 
@@ -88,6 +89,8 @@ class Reporter:
         self.as_json, self.quiet, self.verbose, self.batch = as_json, quiet, verbose, batch
         self.plan_lines = plan_lines
         self.results: list[FileResult] = []
+        #: Why the --json lines stopped reaching stdout, if they did.
+        self.json_error: str | None = None
         self.display = ProgressDisplay(quiet=quiet, batch=batch, total=total)
         self.progress = self.display.progress
         self.file_progress = self.display.file_progress
@@ -99,8 +102,13 @@ class Reporter:
     def record(self, result: FileResult) -> None:
         self.results.append(result)
         self.display.file_finished(len(self.results))
-        if self.as_json:
-            click.echo(json.dumps(result.as_dict()))
+        if self.as_json and self.json_error is None:
+            try:
+                audio_io.write_line(json.dumps(result.as_dict()))
+            except OSError as error:  # the batch goes on; the run fails at its end
+                audio_io.detach_stdout()
+                self.json_error = (f"<stdout>: the --json report could not be written "
+                                   f"({error.strerror or error}) from {result.input} on")
         if result.status is Status.DONE:
             if result["clamped"]:
                 self.note(f"warning: {result.output}: {result['clamped']} samples clamped to "
