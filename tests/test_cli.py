@@ -280,9 +280,12 @@ def test_interrupt_mid_file_leaves_nothing_and_exits_130(tmp_path, tiny_checkpoi
              subtype="PCM_16")
     out = tmp_path / "out"
     out.mkdir()
+    # as from a terminal: the signal's default action, whatever this test process inherited
+    # (a shell's background job starts with SIGQUIT ignored, and speechlens keeps an ignore)
+    default = f"import signal; signal.signal({int(sig)}, signal.SIG_DFL); "
     process = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, "enhance", str(src), str(out / "o.wav"),
-         "--model", str(tiny_checkpoint)],
+        [sys.executable, "-c", (default if sig != signal.SIGINT else "") + _CHILD, "enhance",
+         str(src), str(out / "o.wav"), "--model", str(tiny_checkpoint)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     deadline = time.monotonic() + 60
@@ -551,3 +554,46 @@ def test_defaults_are_shared_with_the_api():
     assert params["chunk_seconds"] == signature["chunk_seconds"].default == \
         pipeline.DEFAULT_CHUNK_SECONDS
     assert params["overlap"] == signature["overlap"].default == pipeline.DEFAULT_OVERLAP
+
+
+def _long_run(tmp_path, tiny_checkpoint, prefix: str = ""):
+    """A real process on a minute of noise, once its temporary output exists."""
+    src = tmp_path / "long.wav"
+    sf.write(str(src), 0.1 * np.random.default_rng(0).standard_normal(60 * RATE), RATE,
+             subtype="PCM_16")
+    out = tmp_path / "out"
+    out.mkdir()
+    process = subprocess.Popen(
+        [sys.executable, "-c", prefix + _CHILD, "enhance", str(src), str(out / "o.wav"),
+         "--model", str(tiny_checkpoint)], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True)
+    deadline = time.monotonic() + 60
+    while not leftovers(out):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no temporary output appeared"
+        time.sleep(0.01)
+    return process, out
+
+
+def test_a_ctrl_c_burst_is_one_interruption(tmp_path, tiny_checkpoint):
+    """Twenty Ctrl-Cs 5 ms apart: the first interrupts, the rest are ignored; stderr holds the one
+    'interrupted' line (later ones used to print "Exception ignored ... KeyboardInterrupt")."""
+    process, out = _long_run(tmp_path, tiny_checkpoint)
+    for _ in range(20):
+        process.send_signal(signal.SIGINT)
+        time.sleep(0.005)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 130, stderr
+    assert stderr.strip().splitlines() and stderr.strip().splitlines()[-1].startswith("interrupted")
+    assert "Exception ignored" not in stderr and "Traceback" not in stderr, stderr
+    assert list(out.iterdir()) == []
+
+
+def test_a_hangup_under_nohup_is_ignored(tmp_path, tiny_checkpoint):
+    """Started with SIGHUP ignored (`nohup`), speechlens keeps it ignored and finishes."""
+    process, out = _long_run(tmp_path, tiny_checkpoint,
+                             "import signal; signal.signal(signal.SIGHUP, signal.SIG_IGN); ")
+    process.send_signal(signal.SIGHUP)
+    _, stderr = process.communicate(timeout=300)
+    assert process.returncode == 0, stderr
+    assert [p.name for p in out.iterdir()] == ["o.wav"]

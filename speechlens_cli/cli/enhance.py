@@ -37,7 +37,16 @@ def _shard_option(_ctx: click.Context, _param: click.Parameter,
 
 
 def _raise_interrupt(_signum, _frame) -> None:
+    """The first signal interrupts; later ones (a Ctrl-C burst) are ignored, so they cannot
+    break the clean-up it starts or surface as "Exception ignored ... KeyboardInterrupt"."""
+    global _interrupted
+    _interrupted = True
+    for number in (signal.SIGINT, *TERMINATING_SIGNALS):
+        signal.signal(number, signal.SIG_IGN)
     raise KeyboardInterrupt
+
+
+_interrupted = False
 
 
 #: Signals whose default action ends the process: each cleans up like Ctrl-C (temporary output
@@ -49,18 +58,21 @@ TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in (
 
 @contextlib.contextmanager
 def _signals_interrupt():
-    """Every catchable terminating signal interrupts like Ctrl-C while the batch runs."""
+    """Every catchable terminating signal interrupts like Ctrl-C while the batch runs, except
+    one this process was started ignoring (`nohup` ignores SIGHUP; a background job, SIGINT)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = {}
     try:
-        for number in TERMINATING_SIGNALS:
-            previous[number] = signal.signal(number, _raise_interrupt)
+        for number in (signal.SIGINT, *TERMINATING_SIGNALS):
+            if signal.getsignal(number) is not signal.SIG_IGN:
+                previous[number] = signal.signal(number, _raise_interrupt)
         yield
     finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
+        if not _interrupted:  # after an interrupt, later signals stay ignored to the end
+            for number, handler in previous.items():
+                signal.signal(number, handler)
 
 
 @main.command(context_settings={"show_default": True})
