@@ -139,8 +139,7 @@ def accept_license() -> None:
 
 
 def license_accepted() -> bool:
-    return _license_accepted or os.environ.get(LICENSE_ENV, "").strip().lower() in (
-        "1", "true", "yes", "on")
+    return _license_accepted or _env_true(LICENSE_ENV)
 
 
 def needs_license(spec: str | os.PathLike | None = None) -> bool:
@@ -157,7 +156,12 @@ def needs_license(spec: str | os.PathLike | None = None) -> bool:
 
 
 def _offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+    return _env_true("HF_HUB_OFFLINE")
+
+
+def _env_true(name: str) -> bool:
+    """An environment switch set on, spelled as huggingface_hub accepts it."""
+    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
 
 
 def _is_nvidias(repo_id: str) -> bool:
