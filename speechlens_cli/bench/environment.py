@@ -31,13 +31,6 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
-
-
 def memory_total_gib() -> float | None:
     try:
         with open("/proc/meminfo", encoding="utf-8") as handle:
@@ -91,7 +84,7 @@ def machine_kind() -> str:
     """Short file-name-safe label: backend plus hardware (cpu-<cpu>-<n>cores, cuda-<gpu>)."""
     which = kernels.backend()
     if which == "cpu":
-        label = f"{cpu_model()}-{usable_cores()}cores"
+        label = f"{cpu_model()}-{kernels.usable_cores()}cores"
     else:
         label = (gpu_name() or "gpu").split(",")[0]
     label = re.sub(r"\((R|TM)\)|\bprocessor\b|\bcpu\b", "", label, flags=re.IGNORECASE)
@@ -124,7 +117,7 @@ def environment(peer: dict | None = None) -> dict[str, str]:
     which = info["backend"]
     env = {
         "speechlens": f"{__version__}, revision {revision()}",
-        "cpu": f"{cpu_model()} ({usable_cores()} usable of {os.cpu_count()} logical CPUs)",
+        "cpu": f"{cpu_model()} ({kernels.usable_cores()} usable of {os.cpu_count()} logical CPUs)",
         "memory": (f"{memory_total_gib():.1f} GiB" if memory_total_gib() else "unknown"),
         "gpu": gpu_name() or "none used (MLX CPU backend)",
         "os": platform.platform(),

@@ -59,7 +59,7 @@ if _version_tuple(mx.__version__) < MIN_MLX_VERSION:
 from .build import CPU_COMPILE_FLAGS  # noqa: E402
 from .compiler import compile_cpu_library, find_cxx  # noqa: E402
 from .contract import CONV_WIDTH, D_STATE, KernelInputError  # noqa: E402
-from .cpu_binding import CPU_THREADS_ENV, cpu_library, cpu_threads  # noqa: E402
+from .cpu_binding import CPU_THREADS_ENV, cpu_library, cpu_threads, usable_cores  # noqa: E402
 from .cpu_ops import cpu_exp_poly, instance_norm_prelu  # noqa: E402
 from .dispatch import (  # noqa: E402
     DISABLE_CONV_ENV,
@@ -81,5 +81,5 @@ __all__ = [
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "causal_conv1d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp_poly",
     "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
-    "kernel_info", "kernel_source_dir", "selective_scan", "selective_scan_ops",
+    "kernel_info", "kernel_source_dir", "selective_scan", "selective_scan_ops", "usable_cores",
 ]

@@ -153,13 +153,18 @@ def cpu_library() -> CpuLibrary | None:
         return lib
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # macOS has no affinity call
+        return max(1, os.cpu_count() or 1)
+
+
 def cpu_threads() -> int:
     """SPEECHLENS_CPU_THREADS, at most the cores this process may use (the kernels are
     compute-bound: more threads only contend), else all of those cores."""
-    try:
-        cores = max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS
-        cores = max(1, os.cpu_count() or 1)
+    cores = usable_cores()
     env = os.environ.get(CPU_THREADS_ENV, "").strip()
     if not env:
         return cores
