@@ -142,6 +142,14 @@ def license_accepted() -> bool:
     return _license_accepted or _env_true(LICENSE_ENV)
 
 
+def license_required(repo_id: str) -> LicenseRequiredError:
+    """The one refusal for a download of NVIDIA's weights without their license accepted."""
+    return LicenseRequiredError(
+        f"{repo_id} is not downloaded yet, and its weights are under NVIDIA's non-commercial "
+        f"license (NSCLv1): {LICENSE_NOTE} Run `speechlens models pull` to read and accept it, "
+        f"or pass --accept-license (scripts: {LICENSE_ENV}=1)")
+
+
 def needs_license(spec: str | os.PathLike | None = None) -> bool:
     """True when using `spec` would download NVIDIA's weights and their license has not been
     accepted yet: the caller shows LICENSE_NOTE and asks first."""
@@ -221,11 +229,7 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
                 "or pass a local copy with --model PATH"
             )
         if _is_nvidias(repo_id) and not license_accepted():
-            raise LicenseRequiredError(
-                f"{repo_id} is not downloaded yet and its license has not been accepted: "
-                f"{LICENSE_NOTE} Run `speechlens models pull` to read and accept it, or pass "
-                f"--accept-license (scripts: {LICENSE_ENV}=1)"
-            )
+            raise license_required(repo_id)
         if not paths:
             _check_hub_reachable()
         hub_logger = logging.getLogger("huggingface_hub")

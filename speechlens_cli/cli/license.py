@@ -8,7 +8,7 @@ import sys
 import click
 
 from .. import checkpoint
-from ..errors import LicenseRequiredError, UsageError
+from ..errors import UsageError
 
 
 def confirm_license(spec: str | None, accepted: bool, *, may_ask: bool = True) -> None:
@@ -17,10 +17,7 @@ def confirm_license(spec: str | None, accepted: bool, *, may_ask: bool = True) -
     if not checkpoint.needs_license(spec):
         return
     if not accepted and not (may_ask and sys.stdin.isatty()):
-        raise LicenseRequiredError(
-            f"{checkpoint.model_spec(spec)} is not downloaded yet, and its weights are under "
-            "NVIDIA's non-commercial license (NSCLv1): run `speechlens models pull` to read and "
-            f"accept it, or pass --accept-license (scripts: {checkpoint.LICENSE_ENV}=1)")
+        raise checkpoint.license_required(checkpoint.model_spec(spec))
     click.echo(checkpoint.LICENSE_NOTE, err=True)
     if not accepted and not click.confirm("Accept these terms and download?", err=True):
         raise UsageError("license not accepted; nothing downloaded")
