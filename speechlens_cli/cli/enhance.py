@@ -36,24 +36,23 @@ def _shard_option(_ctx: click.Context, _param: click.Parameter,
         raise click.BadParameter(str(error)) from None
 
 
-def _raise_interrupt(_signum, _frame) -> None:
-    """The first signal interrupts; later ones (a Ctrl-C burst) are ignored, so they cannot
-    break the clean-up it starts or surface as "Exception ignored ... KeyboardInterrupt"."""
-    global _interrupted
-    _interrupted = True
-    for number in (signal.SIGINT, *TERMINATING_SIGNALS):
-        signal.signal(number, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-_interrupted = False
-
-
 #: Signals whose default action ends the process: each cleans up like Ctrl-C (temporary output
 #: removed, exit 130). SIGHUP is a closed terminal or a dropped ssh session.
 TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in (
     "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
     "SIGXCPU") if hasattr(signal, name))
+_INTERRUPTING = (signal.SIGINT, *TERMINATING_SIGNALS)
+_interrupted = False
+
+
+def _raise_interrupt(_signum, _frame) -> None:
+    """The first signal interrupts; later ones (a Ctrl-C burst) are ignored, so they cannot
+    break the clean-up it starts or surface as "Exception ignored ... KeyboardInterrupt"."""
+    global _interrupted
+    _interrupted = True
+    for number in _INTERRUPTING:
+        signal.signal(number, signal.SIG_IGN)
+    raise KeyboardInterrupt
 
 
 @contextlib.contextmanager
@@ -65,7 +64,7 @@ def _signals_interrupt():
         return
     previous = {}
     try:
-        for number in (signal.SIGINT, *TERMINATING_SIGNALS):
+        for number in _INTERRUPTING:
             if signal.getsignal(number) is not signal.SIG_IGN:
                 previous[number] = signal.signal(number, _raise_interrupt)
         yield
