@@ -26,25 +26,18 @@ CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 @functools.cache
 def _gpu_kernel(name: str, which: str):
-    inputs = CONV_INPUTS if name == "causal_conv1d" else SCAN_INPUTS
-    common = source("sl_mamba.h")
-    if which == "cuda" and name == "selective_scan":
-        return mx.fast.cuda_kernel(
-            name="speechlens_selective_scan_cuda", input_names=list(inputs),
-            output_names=list(OUTPUTS), source=source("selective_scan_cuda_body.h"),
-            header=source("sl_backend_cuda.h") + common + source("sl_scan_cuda.h"),
-            ensure_row_contiguous=False)
-    if which == "metal":
-        return mx.fast.metal_kernel(
-            name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
-            source=source(f"{name}_body.h"), header=source("sl_backend_metal.h") + common,
-            ensure_row_contiguous=False)
-    if which == "cuda":
-        return mx.fast.cuda_kernel(
-            name=f"speechlens_{name}", input_names=list(inputs), output_names=list(OUTPUTS),
-            source=source(f"{name}_body.h"), header=source("sl_backend_cuda.h") + common,
-            ensure_row_contiguous=False)
-    raise ValueError(f"no GPU kernels for backend {which!r}")
+    if which not in ("metal", "cuda"):
+        raise ValueError(f"no GPU kernels for backend {which!r}")
+    cuda_scan = which == "cuda" and name == "selective_scan"
+    body = "selective_scan_cuda_body.h" if cuda_scan else f"{name}_body.h"
+    header = source(f"sl_backend_{which}.h") + source("sl_mamba.h")
+    if cuda_scan:
+        header += source("sl_scan_cuda.h")
+    build = mx.fast.cuda_kernel if which == "cuda" else mx.fast.metal_kernel
+    return build(name=f"speechlens_{name}" + ("_cuda" if cuda_scan else ""),
+                 input_names=list(CONV_INPUTS if name == "causal_conv1d" else SCAN_INPUTS),
+                 output_names=list(OUTPUTS), source=source(body), header=header,
+                 ensure_row_contiguous=False)
 
 
 def threadgroup() -> int:
@@ -68,17 +61,14 @@ def cuda_scan_threads() -> int:
 
 def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str) -> mx.array:
     batch, _, channels = u.shape
-    kernel = _gpu_kernel("selective_scan", which)
+    template = [("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))]
+    threads = threadgroup()
     if which == "cuda":
         threads = cuda_scan_threads()
-        return kernel(inputs=[u, delta_raw, A_log, B, C, D, z],
-                      template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict)),
-                                ("CHUNK", CUDA_SCAN_CHUNK[bool(strict)]), ("TG", threads)],
-                      grid=(batch * channels, 1, 1), threadgroup=(threads, 1, 1),
-                      output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
-    return kernel(inputs=[u, delta_raw, A_log, B, C, D, z],
-                  template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))],
-                  grid=(batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
+        template += [("CHUNK", CUDA_SCAN_CHUNK[bool(strict)]), ("TG", threads)]
+    kernel = _gpu_kernel("selective_scan", which)
+    return kernel(inputs=[u, delta_raw, A_log, B, C, D, z], template=template,
+                  grid=(batch * channels, 1, 1), threadgroup=(threads, 1, 1),
                   output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
 
 
