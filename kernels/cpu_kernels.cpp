@@ -152,8 +152,8 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
         for (int64_t g = 0; g < G; ++g) {
           V acc = SL_LOAD(V, a.dt_b + g * W);
           for (int64_t k = 0; k < a.rank; ++k) {
-            acc = SL_ADD(acc, SL_MUL(SL_LOAD(V, a.dt_wT + k * a.channels + g * W),
-                                     SL_SPLAT(V, dt[k * a.sdt[2]])));
+            acc = sl_dt_proj_term(acc, SL_LOAD(V, a.dt_wT + k * a.channels + g * W),
+                                  SL_SPLAT(V, dt[k * a.sdt[2]]));
           }
           SL_STORE(dt_row + g * W, acc);
         }

@@ -144,6 +144,15 @@ SL_FN V sl_scan_output_strict(V y, V dskip, V ut, V zt) {
   return SL_MUL(SL_ADD(y, SL_MUL(dskip, ut)), sl_silu_strict(zt));
 }
 
+// A fused rank-R dt projection: delta_raw = dt_b + sum_k dt_w[k] * dt_low[k], one term at a
+// time in rank order and never contracted into an FMA, so every kernel that fuses the
+// projection (CPU, CUDA) forms the same delta_raw in both modes.
+template <typename V>
+SL_FN V sl_dt_proj_term(V acc, V w, V x) {
+  SL_STRICT_FP_BEGIN
+  return SL_ADD(acc, SL_MUL(w, x));
+}
+
 // ---- standard mode, the fast variant (CUDA scan): the same formulas as the functions above
 // with the hardware's approximate exp2/exp/log/reciprocal. The decay is 2^(delta * A2) with
 // A2 = A*log2(e) scaled once per thread, which saves one multiply per state and step (the

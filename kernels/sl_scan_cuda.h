@@ -11,10 +11,13 @@
 //     block's threads copy CHUNK steps of them into shared memory together (double-buffered, the
 //     next chunk loaded into registers while this one is computed, one barrier per chunk), so a
 //     step reads them as broadcast float4s instead of waiting on global loads;
-//   * standard mode uses the fast variant (sl_scan_delta_fast, 2^(delta*A*log2 e), fast SiLU).
+//   * standard mode uses the fast variant (sl_scan_delta_fast, 2^(delta*A*log2 e), fast SiLU);
+//   * the dt projection (rank R, 4 for RE-USE) is applied per step from a staged input instead
+//     of being a [B, L, DI] matmul output read back: one stream less per step and one tensor of
+//     the scan's size less in memory.
 // Staging needs every block inside one batch row (DI % TG == 0, so the grid is whole blocks and
-// every thread reaches each barrier) and TG dividing a chunk's 2*NS*CHUNK values; otherwise the
-// unstaged thread reads B/C in place (float4 when their state stride is 1 and 16-byte aligned).
+// every thread reaches each barrier); otherwise the unstaged thread reads B/C in place (float4
+// when their state stride is 1 and 16-byte aligned).
 #ifndef SL_SCAN_CUDA_H
 #define SL_SCAN_CUDA_H
 
@@ -50,18 +53,26 @@ SL_FN void sl_cuda_unpack4(float4 q, float* v) {
   v[3] = q.w;
 }
 
-// One (batch, channel) pair. u, dt, z, out at (b, t = 0, d) with per-step strides; Bm, Cm at
+// One (batch, channel) pair. u, z, out at (b, t = 0, d) with per-step strides; Bm, Cm at
 // (b, t = 0, state 0) with per-step strides sB, sC and per-state strides sBn, sCn.
-template <bool STRICT, int NS, bool STAGE, int CHUNK, int TG>
+// R = 0: dt is delta_raw at (b, t = 0, d), per-step stride sdt. R > 0: dt is the rank-R input
+// of the dt projection at (b, t = 0, 0) (per-step stride sdt, per-rank stride sdr), dtw the
+// projection's row for this channel (per-rank stride sdw) and dtb its bias: delta_raw is formed
+// per step (sl_dt_proj_term), so the [B, L, DI] delta_raw never exists. Like B and C, the rank-R
+// input is the same for every channel of a step, so it is staged with them.
+template <bool STRICT, int NS, int R, bool STAGE, int CHUNK, int TG>
 SL_FN void sl_cuda_scan_thread(const float* __restrict__ u, int su,
-                               const float* __restrict__ dt, int sdt,
+                               const float* __restrict__ dt, int sdt, int sdr,
+                               const float* __restrict__ dtw, int sdw, float dtb,
                                const float* __restrict__ z, int sz, float* __restrict__ out,
                                int so, const float* __restrict__ Bm, int sB, int sBn,
                                const float* __restrict__ Cm, int sC, int sCn,
                                const float* __restrict__ A_log, int sAn, float dskip,
                                int length) {
-  constexpr int ROW = 2 * NS;                       // B then C of one step
-  constexpr int PER = STAGE ? CHUNK * ROW / TG : 1;  // staged values per thread and chunk
+  constexpr int RP = (R + 3) / 4 * 4;               // the rank-R input, padded to a float4
+  constexpr int ROW = 2 * NS + RP;                  // B, C, then the rank-R input of one step
+  constexpr int TOTAL = CHUNK * ROW;                // staged values per chunk
+  constexpr int PER = STAGE ? (TOTAL + TG - 1) / TG : 1;  // of them per thread
   __shared__ __align__(16) float sbc[STAGE ? 2 : 1][STAGE ? CHUNK : 1][ROW];
   float a[NS];
   float h[NS];
@@ -71,28 +82,41 @@ SL_FN void sl_cuda_scan_thread(const float* __restrict__ u, int su,
     a[n] = STRICT ? sl_scan_A<true>(al) : sl_scan_A_exp2(al);
     h[n] = 0.0f;
   }
+  float w[R > 0 ? R : 1];
+  SL_UNROLL
+  for (int k = 0; k < R; ++k) {
+    w[k] = __ldg(dtw + k * sdw);
+  }
   static_assert(NS % 4 == 0, "states are read four at a time");
   const bool vec = sBn == 1 && sCn == 1 && (sB & 3) == 0 && (sC & 3) == 0 &&
                    ((((unsigned long long)Bm) | ((unsigned long long)Cm)) & 15ull) == 0;
   const int tid = threadIdx.x;
   float r[PER];
-  // Chunk t0's B/C into registers (zeros past the end), then into shared buffer `buf`.
+  // Chunk t0's staged values into registers (zeros past the end), then into shared buffer `buf`.
   auto fetch = [&](int t0) {
     SL_UNROLL
     for (int k = 0; k < PER; ++k) {
       const int e = tid + k * TG;
       const int t = t0 + e / ROW;
       const int j = e % ROW;
-      r[k] = t >= length ? 0.0f
-             : (j < NS ? __ldg(Bm + (SL_I64)t * sB + j * sBn)
-                       : __ldg(Cm + (SL_I64)t * sC + (j - NS) * sCn));
+      float v = 0.0f;
+      if (e < TOTAL && t < length) {
+        if (j < NS) {
+          v = __ldg(Bm + (SL_I64)t * sB + j * sBn);
+        } else if (j < 2 * NS) {
+          v = __ldg(Cm + (SL_I64)t * sC + (j - NS) * sCn);
+        } else if (j < 2 * NS + R) {
+          v = __ldg(dt + (SL_I64)t * sdt + (j - 2 * NS) * sdr);
+        }
+      }
+      r[k] = v;
     }
   };
   auto stash = [&](int buf) {
     SL_UNROLL
     for (int k = 0; k < PER; ++k) {
       const int e = tid + k * TG;
-      sbc[buf][e / ROW][e % ROW] = r[k];
+      if (e < TOTAL) sbc[buf][e / ROW][e % ROW] = r[k];
     }
   };
   if (STAGE) {
@@ -104,7 +128,7 @@ SL_FN void sl_cuda_scan_thread(const float* __restrict__ u, int su,
   if (length > 0) {
     nu = __ldg(u);
     nz = __ldg(z);
-    ndt = __ldg(dt);
+    if (R == 0) ndt = __ldg(dt);
   }
   int t = 0;
   for (int c = 0, t0 = 0; t0 < length; ++c, t0 += (STAGE ? CHUNK : length)) {
@@ -113,19 +137,28 @@ SL_FN void sl_cuda_scan_thread(const float* __restrict__ u, int su,
     if (more) fetch(t0 + CHUNK);
     const int buf = c & 1;
     for (int s = 0; s < steps; ++s, ++t) {
-      const float ut = nu, zt = nz, dtr = ndt;
+      const float ut = nu, zt = nz;
+      float dtr = ndt;
       u += su;
       z += sz;
-      dt += sdt;
+      if (R == 0) dt += sdt;
       if (t + 1 < length) {
         nu = __ldg(u);
         nz = __ldg(z);
-        ndt = __ldg(dt);
+        if (R == 0) ndt = __ldg(dt);
+      }
+      const float* row = STAGE ? &sbc[buf][s][0] : nullptr;
+      if (R > 0) {
+        dtr = dtb;
+        SL_UNROLL
+        for (int k = 0; k < R; ++k) {
+          const float x = STAGE ? row[2 * NS + k] : __ldg(dt + (SL_I64)t * sdt + k * sdr);
+          dtr = sl_dt_proj_term(dtr, w[k], x);
+        }
       }
       const float delta = STRICT ? sl_scan_delta<true>(dtr) : sl_scan_delta_fast(dtr);
       float y;
       if (STAGE) {  // broadcast float4 reads of the staged step (rows are 16-byte aligned)
-        const float* row = &sbc[buf][s][0];
         y = sl_cuda_scan_states<STRICT, NS>(h, a, delta, ut, [&](int n, float* bv, float* cv) {
           sl_cuda_unpack4(*reinterpret_cast<const float4*>(row + n), bv);
           sl_cuda_unpack4(*reinterpret_cast<const float4*>(row + NS + n), cv);

@@ -35,6 +35,9 @@ from speechlens_cli.kernels import gpu
 # Channel counts the harness instantiates (template DI); tests draw shapes from these. 256 (the
 # model's) is a multiple of the CUDA scan's block, so it takes the staged path there.
 DI_VALUES = (1, 3, 8, 17, 64, 256)
+# Ranks of a fused dt projection the CUDA harness instantiates: the tiny test model's (1), the
+# full model's (4), and one that is not a multiple of a float4 (6).
+DT_RANKS = (1, 4, 6)
 CUDA_THREADS = gpu.CUDA_SCAN_THREADS
 CUDA_CHUNK = gpu.CUDA_SCAN_CHUNK
 RTOL_SCAN = 1e-5  # relative RMS error vs float64
@@ -69,7 +72,8 @@ def _harness(which: str) -> str:
     scan_body = (src / scan_file).read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
     scan_template = ("template <int DI, int NS, bool STRICT>" if which == "metal" else
-                     "template <int DI, int NS, bool STRICT, int CHUNK, int TG>")
+                     "template <int DI, int NS, bool STRICT, int R, int CHUNK, int TG>")
+    scan_inputs = kernels.SCAN_INPUTS if which == "metal" else gpu.CUDA_SCAN_INPUTS
     lines = [
         f'#include "{shim}"',
         f'#include "sl_backend_{which}.h"',
@@ -85,7 +89,7 @@ def _harness(which: str) -> str:
         "}",
         "",
         scan_template,
-        f"void scan_kernel(\n    {_signature(which, kernels.SCAN_INPUTS, scan_body)}) {{",
+        f"void scan_kernel(\n    {_signature(which, scan_inputs, scan_body)}) {{",
         f'#include "{scan_file}"',
         "}",
         "",
@@ -149,23 +153,24 @@ def _harness(which: str) -> str:
             lines += ["    return 0;", "  }"]
     lines += ["  default: return -1;", "  }", "}", ""]
     lines += [
-        'extern "C" int run_scan(int di, int strict, const float* const* in,',
+        'extern "C" int run_scan(int di, int strict, int rank, const float* const* in,',
         "                        const int* const* shape, const int64_t* const* strides,",
         "                        float* out, unsigned threads) {",
         "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup * kThreadgroup;",
         "  (void)rounded;",
-        "  switch (di * 2 + (strict ? 1 : 0)) {",
+        "  switch ((di * 2 + (strict ? 1 : 0)) * 64 + rank) {",
     ]
     for di in DI_VALUES:
         for strict in (0, 1):
-            # CUDA: the launch geometry gpu.py uses (block size, staged chunk per mode)
-            extra = ("" if which == "metal" else
-                     f", {CUDA_CHUNK[bool(strict)]}, {CUDA_THREADS}")
-            call = (f"scan_kernel<{di}, 16, {'true' if strict else 'false'}{extra}>"
-                    f"({args(kernels.SCAN_INPUTS, scan_body)})")
-            lines += [f"  case {di * 2 + strict}: {{"]
-            lines += launch(call, "kThreadgroup" if which == "metal" else str(CUDA_THREADS))
-            lines += ["    return 0;", "  }"]
+            for rank in (0,) if which == "metal" else (0, *DT_RANKS):
+                # CUDA: the launch geometry gpu.py uses (block size, staged chunk per mode)
+                extra = ("" if which == "metal" else
+                         f", {rank}, {CUDA_CHUNK[bool(strict)]}, {CUDA_THREADS}")
+                call = (f"scan_kernel<{di}, 16, {'true' if strict else 'false'}{extra}>"
+                        f"({args(scan_inputs, scan_body)})")
+                lines += [f"  case {(di * 2 + strict) * 64 + rank}: {{"]
+                lines += launch(call, "kThreadgroup" if which == "metal" else str(CUDA_THREADS))
+                lines += ["    return 0;", "  }"]
     lines += ["  default: return -1;", "  }", "}", ""]
     lines += [
         'extern "C" void run_exp_poly(const float* x, float* y, long n) {',
@@ -175,9 +180,13 @@ def _harness(which: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module", params=["metal", "cuda"])
-def harness(request, tmp_path_factory):
-    which = request.param
+_BUILT: dict[str, tuple[str, ctypes.CDLL]] = {}
+
+
+def _build(which: str, tmp_path_factory) -> tuple[str, ctypes.CDLL]:
+    """The harness library of one backend, built once per test session."""
+    if which in _BUILT:
+        return _BUILT[which]
     cxx = kernels.find_cxx()
     if cxx is None:
         pytest.skip("no C++ compiler (set CXX) to build the kernel sources on the CPU")
@@ -192,7 +201,18 @@ def harness(request, tmp_path_factory):
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     handle = ctypes.CDLL(str(lib))
     handle.run_exp_poly.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_long]
-    return which, handle
+    _BUILT[which] = (which, handle)
+    return _BUILT[which]
+
+
+@pytest.fixture(scope="module", params=["metal", "cuda"])
+def harness(request, tmp_path_factory):
+    return _build(request.param, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def cuda_harness(tmp_path_factory):
+    return _build("cuda", tmp_path_factory)
 
 
 def _pack(arrays):
@@ -219,12 +239,20 @@ def _scan_inputs(rng, batch, length, channels, dt_shift=-1.0):
     return u, delta_raw, A_log, Bm, Cm, D, z
 
 
-def _run_scan(handle, args, strict):
+def _run_scan(handle, args, strict, dt_proj=None):
+    """args in SCAN_INPUTS order; on CUDA, ``dt_proj=(weight, bias)`` makes args[1] the dt
+    projection's input (the fused form), otherwise placeholders are passed for them."""
+    which, lib = handle
     u = args[0]
     batch, _, channels = u.shape
+    rank = 0 if dt_proj is None else args[1].shape[2]
+    if which == "cuda":
+        weight, bias = dt_proj if dt_proj is not None else (np.zeros((1, 1), np.float32),
+                                                            np.zeros(1, np.float32))
+        args = (args[0], args[1], weight, bias, *args[2:])
     out = np.full(u.shape, np.nan, np.float32)
     ptrs, shp, strd, _keep = _pack(args)
-    rc = handle.run_scan(channels, int(strict), ptrs, shp, strd, out.ctypes.data_as(
+    rc = lib.run_scan(channels, int(strict), rank, ptrs, shp, strd, out.ctypes.data_as(
         ctypes.c_void_p), batch * channels)
     assert rc == 0
     return out
@@ -238,31 +266,29 @@ def _rel_rms(out, want):
 @pytest.mark.parametrize("batch,length,channels", [
     (1, 1, 1), (2, 1, 8), (3, 2, 17), (2, 3, 3), (2, 57, 64), (1, 500, 8), (4, 131, 17)])
 def test_scan_source_matches_float64(harness, strict, batch, length, channels):
-    which, handle = harness
+    which, _ = harness
     rng = np.random.default_rng(1000 * length + channels)
     args = _scan_inputs(rng, batch, length, channels)
-    out = _run_scan(handle, args, strict)
+    out = _run_scan(harness, args, strict)
     want = ref.reference_selective_scan(*args)
     assert np.all(np.isfinite(out)), f"{which}: unwritten or non-finite outputs"
     assert _rel_rms(out, want) <= RTOL_SCAN, f"{which} strict={strict}: {_rel_rms(out, want)}"
 
 
 def test_scan_source_strict_finite_at_large_dt(harness):
-    _, handle = harness
     rng = np.random.default_rng(7)
     args = list(_scan_inputs(rng, 2, 40, 17))
     args[1] = np.full_like(args[1], 1000.0)  # softplus(1000) = 1000 = dt
-    out = _run_scan(handle, args, strict=True)
+    out = _run_scan(harness, args, strict=True)
     assert np.all(np.isfinite(out))
     assert _rel_rms(out, ref.reference_selective_scan(*args)) <= RTOL_SCAN
 
 
 def test_scan_source_bit_identical_runs(harness):
-    _, handle = harness
     args = _scan_inputs(np.random.default_rng(3), 3, 77, 64)
     for strict in (False, True):
-        first = _run_scan(handle, args, strict)
-        assert np.array_equal(first.view(np.uint32), _run_scan(handle, args, strict).view(
+        first = _run_scan(harness, args, strict)
+        assert np.array_equal(first.view(np.uint32), _run_scan(harness, args, strict).view(
             np.uint32))
 
 
@@ -292,24 +318,49 @@ def test_conv_source_matches_float64(harness, batch, length, channels, silu):
 def test_scan_source_model_width(harness, strict, batch, length):
     """D = 256, the model's: on CUDA a multiple of the block, so B/C are staged in shared memory
     (chunks of 16/32 steps; lengths below, at and past a chunk, and not a multiple of it)."""
-    which, handle = harness
+    which, _ = harness
     args = _scan_inputs(np.random.default_rng(length), batch, length, 256)
-    out = _run_scan(handle, args, strict)
+    out = _run_scan(harness, args, strict)
     assert np.all(np.isfinite(out)), f"{which}: unwritten or non-finite outputs"
     assert _rel_rms(out, ref.reference_selective_scan(*args)) <= RTOL_SCAN, which
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("rank", DT_RANKS)
+@pytest.mark.parametrize("batch,length,channels", [(2, 1, 17), (3, 45, 17), (2, 16, 256),
+                                                   (2, 70, 256)])
+def test_cuda_scan_source_fuses_the_dt_projection(cuda_harness, strict, rank, batch, length,
+                                                  channels):
+    """The CUDA scan given the dt projection's rank-R input (a strided slice of the x_proj
+    output, as the model passes it) matches float64 with delta_raw = bias + input @ weight.T,
+    staged (D = 256) and in place (D = 17), and stays bit-identical from run to run."""
+    rng = np.random.default_rng(100 * rank + length)
+    u, _, A_log, _, _, D, z = _scan_inputs(rng, batch, length, channels)
+    dbl = rng.standard_normal((batch, length, rank + 32)).astype(np.float32)
+    dt_low, Bm, Cm = dbl[..., :rank], dbl[..., rank:rank + 16], dbl[..., rank + 16:]
+    weight = (rng.standard_normal((channels, rank)) / np.sqrt(rank)).astype(np.float32)
+    bias = (rng.standard_normal(channels) - 1.0).astype(np.float32)
+    args = (u, dt_low, A_log, Bm, Cm, D, z)
+    out = _run_scan(cuda_harness, args, strict, dt_proj=(weight, bias))
+    delta_raw = bias.astype(np.float64) + dt_low.astype(np.float64) @ weight.T.astype(np.float64)
+    want = ref.reference_selective_scan(u, delta_raw, A_log, Bm, Cm, D, z)
+    assert np.all(np.isfinite(out)), "unwritten or non-finite outputs"
+    assert _rel_rms(out, want) <= RTOL_SCAN, _rel_rms(out, want)
+    again = _run_scan(cuda_harness, args, strict, dt_proj=(weight, bias))
+    assert np.array_equal(out.view(np.uint32), again.view(np.uint32))
 
 
 @pytest.mark.parametrize("channels", [17, 256])
 def test_scan_source_unaligned_bc(harness, channels):
     """B and C at an odd offset (no float4 loads possible) and with a state stride of 2."""
-    which, handle = harness
+    which, _ = harness
     rng = np.random.default_rng(11)
     u, delta_raw, A_log, _, _, D, z = _scan_inputs(rng, 2, 41, channels)
     dbl = rng.standard_normal((2, 41, 70)).astype(np.float32)
     Bm, Cm = dbl[..., 1:17], dbl[..., 37:69:2]
     args = (u, delta_raw, A_log, Bm, Cm, D, z)
     for strict in (False, True):
-        out = _run_scan(handle, args, strict)
+        out = _run_scan(harness, args, strict)
         assert _rel_rms(out, ref.reference_selective_scan(*args)) <= RTOL_SCAN, (which, strict)
 
 

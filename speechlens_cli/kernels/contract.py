@@ -33,13 +33,25 @@ def validate_conv(x: mx.array, weight: mx.array, bias: mx.array) -> None:
     _check(tuple(bias.shape) == (channels,), f"bias must be [D={channels}], got {bias.shape}")
 
 
-def validate_scan(u, delta_raw, A_log, B, C, D, z) -> None:
+def validate_scan(u, delta_raw, A_log, B, C, D, z, dt_proj=None) -> None:
+    """``dt_proj=(weight [D, R], bias [D])``: delta_raw is the projection's input [B, L, R]."""
     _check_float32(u=u, delta_raw=delta_raw, A_log=A_log, B=B, C=C, D=D, z=z)
     _check(u.ndim == 3, f"u must be [B, L, D], got shape {tuple(u.shape)}")
     batch, length, channels = u.shape
     _check(batch > 0 and length > 0 and channels > 0, f"u has an empty dimension: {u.shape}")
-    for name, a in (("delta_raw", delta_raw), ("z", z)):
-        _check(tuple(a.shape) == tuple(u.shape), f"{name} must be {tuple(u.shape)}, got {a.shape}")
+    _check(tuple(z.shape) == tuple(u.shape), f"z must be {tuple(u.shape)}, got {z.shape}")
+    if dt_proj is None:
+        _check(tuple(delta_raw.shape) == tuple(u.shape),
+               f"delta_raw must be {tuple(u.shape)}, got {delta_raw.shape}")
+    else:
+        weight, bias = dt_proj
+        _check_float32(dt_proj_weight=weight, dt_proj_bias=bias)
+        rank = delta_raw.shape[-1] if delta_raw.ndim == 3 else -1
+        _check(delta_raw.ndim == 3 and tuple(delta_raw.shape[:2]) == (batch, length) and rank > 0,
+               f"the dt projection's input must be [{batch}, {length}, R], got {delta_raw.shape}")
+        _check(tuple(weight.shape) == (channels, rank) and tuple(bias.shape) == (channels,),
+               f"dt_proj must be weight [{channels}, {rank}] and bias [{channels}], got "
+               f"{tuple(weight.shape)} and {tuple(bias.shape)}")
     for name, a in (("B", B), ("C", C)):
         _check(tuple(a.shape) == (batch, length, D_STATE),
                f"{name} must be [{batch}, {length}, {D_STATE}], got {tuple(a.shape)}")

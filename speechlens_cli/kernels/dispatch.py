@@ -10,7 +10,7 @@ from .contract import KernelInputError, validate_conv, validate_scan
 from .cpu_binding import cpu_library, cpu_threads
 from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
 from .fallback import conv1d_fallback, selective_scan_ops
-from .gpu import gpu_conv, gpu_conv_works, gpu_scan, launch_description
+from .gpu import CUDA_MAX_DT_RANK, gpu_conv, gpu_conv_works, gpu_scan, launch_description
 from .notices import warn_once
 
 DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
@@ -95,24 +95,28 @@ def selective_scan(
     A_log [D, 16]; D [D]; all float32. ``strict`` selects strict mode (docs/kernels.md).
 
     ``dt_proj=(weight [D, R], bias [D])`` passes delta_raw as the rank-R input [B, L, R] of the
-    dt projection instead: the CPU kernel applies it per step (a K=R GEMM is slow and its
-    [B, L, D] output costs a memory round trip); elsewhere it runs as a matmul first.
+    dt projection instead: the CPU and CUDA kernels apply it per step (a K=R GEMM is slow, and
+    its [B, L, D] output costs a memory round trip and as much memory as u); on Metal it runs as
+    a matmul first (the fusion measured slower on Apple GPUs in the design this project comes
+    from).
     """
     which = backend()
-    if dt_proj is not None:
-        lib = cpu_library() if which == "cpu" else None
-        if lib is not None and fusable_dt_proj(lib, u, delta_raw, dt_proj):
-            validate_scan(u, mx.zeros_like(u), A_log, B, C, D, z)
-            return cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict, dt_proj=dt_proj)
+    lib = cpu_library() if which == "cpu" else None
+    if dt_proj is not None and not _fuses_dt_proj(which, lib, u, delta_raw, dt_proj):
         weight, bias = dt_proj
-        delta_raw = mx.addmm(bias, delta_raw, weight.T)
-    validate_scan(u, delta_raw, A_log, B, C, D, z)
+        delta_raw, dt_proj = mx.addmm(bias, delta_raw, weight.T), None
+    validate_scan(u, delta_raw, A_log, B, C, D, z, dt_proj)
     if which != "cpu":
-        return gpu_scan(u, delta_raw, A_log, B, C, D, z, strict, which)
-    lib = cpu_library()
+        return gpu_scan(u, delta_raw, A_log, B, C, D, z, strict, which, dt_proj=dt_proj)
     if lib is not None:
-        return cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict)
+        return cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict, dt_proj=dt_proj)
     return selective_scan_ops(u, delta_raw, A_log, B, C, D, z, strict)
+
+
+def _fuses_dt_proj(which: str, lib, u, delta_raw, dt_proj) -> bool:
+    if which == "cpu":
+        return lib is not None and fusable_dt_proj(lib, u, delta_raw, dt_proj)
+    return which == "cuda" and delta_raw.ndim == 3 and delta_raw.shape[2] <= CUDA_MAX_DT_RANK
 
 
 def kernel_info() -> dict[str, str]:

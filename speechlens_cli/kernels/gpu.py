@@ -14,13 +14,17 @@ from .sources import source
 # mx.fast kernel signatures (the bodies kernels/*_body.h use these names).
 CONV_INPUTS = ("x", "weight", "bias")
 SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
+# The CUDA scan can fuse the dt projection: dt is delta_raw or the projection's rank-R input.
+CUDA_SCAN_INPUTS = ("u", "dt", "dt_w", "dt_b", "A_log", "Bs", "Cs", "Dskip", "z")
 OUTPUTS = ("out",)
 THREADGROUP_ENV = "SPEECHLENS_GPU_THREADGROUP"
 GPU_THREADGROUP = 256  # threads per threadgroup / CUDA block (THREADGROUP_ENV overrides)
 # The CUDA scan (selective_scan_cuda_body.h): 128 threads per block, B/C staged per block in
 # chunks of 16 steps (standard) or 32 (strict, whose longer step hides a barrier better): the
-# fastest of the designs measured on an H200 at RE-USE's shapes (docs/kernels.md).
+# fastest of the designs measured on an H200 at RE-USE's shapes (docs/kernels.md). It applies a
+# dt projection of rank up to CUDA_MAX_DT_RANK itself (RE-USE's is 4).
 CUDA_SCAN_THREADS = 128
+CUDA_MAX_DT_RANK = 16
 CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 
@@ -34,8 +38,10 @@ def _gpu_kernel(name: str, which: str):
     if cuda_scan:
         header += source("sl_scan_cuda.h")
     build = mx.fast.cuda_kernel if which == "cuda" else mx.fast.metal_kernel
+    inputs = (CONV_INPUTS if name == "causal_conv1d" else
+              CUDA_SCAN_INPUTS if cuda_scan else SCAN_INPUTS)
     return build(name=f"speechlens_{name}" + ("_cuda" if cuda_scan else ""),
-                 input_names=list(CONV_INPUTS if name == "causal_conv1d" else SCAN_INPUTS),
+                 input_names=list(inputs),
                  output_names=list(OUTPUTS), source=source(body), header=header,
                  ensure_row_contiguous=False)
 
@@ -59,17 +65,31 @@ def cuda_scan_threads() -> int:
     return int(os.environ.get(THREADGROUP_ENV, CUDA_SCAN_THREADS))
 
 
-def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str) -> mx.array:
+def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str,
+             dt_proj: tuple[mx.array, mx.array] | None = None) -> mx.array:
+    """``dt_proj=(weight, bias)`` (CUDA only): delta_raw is the projection's rank-R input."""
     batch, _, channels = u.shape
     template = [("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))]
     threads = threadgroup()
+    inputs = [u, delta_raw, A_log, B, C, D, z]
     if which == "cuda":
         threads = cuda_scan_threads()
-        template += [("CHUNK", CUDA_SCAN_CHUNK[bool(strict)]), ("TG", threads)]
+        rank = 0 if dt_proj is None else int(delta_raw.shape[2])
+        weight, bias = dt_proj if dt_proj is not None else _no_dt_proj()
+        template += [("R", rank), ("CHUNK", CUDA_SCAN_CHUNK[bool(strict)]), ("TG", threads)]
+        inputs = [u, delta_raw, weight, bias, A_log, B, C, D, z]
+    elif dt_proj is not None:
+        raise ValueError(f"the {which} scan takes delta_raw, not a dt projection")
     kernel = _gpu_kernel("selective_scan", which)
-    return kernel(inputs=[u, delta_raw, A_log, B, C, D, z], template=template,
+    return kernel(inputs=inputs, template=template,
                   grid=(batch * channels, 1, 1), threadgroup=(threads, 1, 1),
                   output_shapes=[tuple(u.shape)], output_dtypes=[mx.float32])[0]
+
+
+@functools.cache
+def _no_dt_proj() -> tuple[mx.array, mx.array]:
+    """Placeholders for the CUDA scan's dt projection inputs when there is none (never read)."""
+    return mx.zeros((1, 1), mx.float32), mx.zeros((1,), mx.float32)
 
 
 def launch_description(which: str) -> str:
@@ -77,9 +97,9 @@ def launch_description(which: str) -> str:
     conv = f"conv: threadgroup {threadgroup()}"
     if which == "cuda":
         return (f"mx.fast.cuda_kernel; {conv}, SiLU fused; scan: selective_scan_cuda_body.h, "
-                f"{cuda_scan_threads()} threads per block, B/C staged per block (D a multiple "
-                f"of it) in chunks of {CUDA_SCAN_CHUNK[False]} (standard) / "
-                f"{CUDA_SCAN_CHUNK[True]} (strict) steps")
+                f"{cuda_scan_threads()} threads per block, B/C and the dt projection's input "
+                f"staged per block (D a multiple of it) in chunks of {CUDA_SCAN_CHUNK[False]} "
+                f"(standard) / {CUDA_SCAN_CHUNK[True]} (strict) steps, dt projection fused")
     return (f"mx.fast.{which}_kernel; {conv}, SiLU as a separate op; scan: "
             f"selective_scan_body.h, threadgroup {threadgroup()}")
 
