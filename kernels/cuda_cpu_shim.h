@@ -19,6 +19,7 @@
 
 #define SL_CUDA_ON_CPU 1
 #define __device__
+#define __global__
 #define __forceinline__ inline
 // One block runs at a time, so a function-local static is that block's shared memory.
 #define __shared__ static

@@ -27,8 +27,8 @@ LAYERS = {
 # Inside a package: lower numbers are lower sub-layers; a module imports its own or lower ones.
 SUBLAYERS = {
     "kernels": {"build": 0, "notices": 0, "contract": 0, "sources": 1, "fallback": 1,
-                "compiler": 2, "gpu": 2, "cpu_binding": 3, "cpu_ops": 4, "dispatch": 5,
-                "__init__": 6},
+                "compiler": 2, "nvrtc": 2, "gpu": 2, "cuda_packed": 3, "cpu_binding": 3,
+                "cpu_ops": 4, "dispatch": 5, "__init__": 6},
     "audio": {"libsndfile": 0, "outputs": 0, "streams": 0, "read": 1, "formats": 2, "sink": 3,
               "tree": 3, "__init__": 4},
     "model": {"config": 0, "stft": 0, "scheduling": 0, "layers": 1, "mamba": 2, "codec": 2,

@@ -31,7 +31,9 @@ library compiled at run time goes; default ``$XDG_CACHE_HOME/speechlens`` or
 ``~/.cache/speechlens``).
 
 Modules: ``dispatch`` (the public entry points and which implementation runs), ``gpu`` (Metal
-and CUDA through ``mx.fast``), ``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes),
+and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba block's
+kernels compiled once per machine and cached), ``cpu_binding`` and ``cpu_ops`` (the C++ library
+through ctypes),
 ``fallback`` (MLX ops), ``contract`` (accepted shapes), ``sources``, ``build`` (the build
 description setup.py shares) and ``compiler`` (building the CPU library at run time).
 """
@@ -69,6 +71,8 @@ from .dispatch import (  # noqa: E402
     conv_kernel_disabled,
     gpu_backend,
     kernel_info,
+    mamba_conv,
+    mamba_scan,
     selective_scan,
 )
 from .fallback import conv1d_fallback, selective_scan_ops  # noqa: E402
@@ -81,5 +85,6 @@ __all__ = [
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "causal_conv1d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp_poly",
     "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
-    "kernel_info", "kernel_source_dir", "selective_scan", "selective_scan_ops", "usable_cores",
+    "kernel_info", "kernel_source_dir", "mamba_conv", "mamba_scan", "selective_scan",
+    "selective_scan_ops", "usable_cores",
 ]

@@ -15,10 +15,9 @@ from ..errors import UsageError
 from .build import CPU_ABI_VERSION
 from .compiler import compile_cpu_library
 from .notices import warn_once
-from .sources import cpu_sources_hash
+from .sources import cache_dir, cpu_sources_hash
 
 CPU_THREADS_ENV = "SPEECHLENS_CPU_THREADS"
-CACHE_DIR_ENV = "SPEECHLENS_CACHE_DIR"
 #: sl_cpu_selective_scan's flags bit: walk (batch, channel group) units as GPU threads do.
 SCAN_THREAD_ORDER = 1
 
@@ -104,14 +103,6 @@ def _prebuilt_paths() -> list[Path]:
     return [package / f"_cpu_kernels{suffix}" for suffix in machinery.EXTENSION_SUFFIXES]
 
 
-def _cache_dir() -> Path:
-    root = os.environ.get(CACHE_DIR_ENV)
-    if root:
-        return Path(root)
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "speechlens"
-
-
 _cpu_lib_lock = threading.Lock()
 _cpu_lib_state: dict[str, object] = {}
 
@@ -139,7 +130,7 @@ def cpu_library() -> CpuLibrary | None:
                     errors.append(str(exc))
         if lib is None and want is not None:
             tag = f"{platform.machine()}-{sys.platform}"
-            dest = _cache_dir() / "cpu-kernels" / f"sl_cpu_{want}_{tag}_abi{CPU_ABI_VERSION}.so"
+            dest = cache_dir() / "cpu-kernels" / f"sl_cpu_{want}_{tag}_abi{CPU_ABI_VERSION}.so"
             try:
                 if not dest.is_file():
                     compile_cpu_library(dest, want)

@@ -6,7 +6,8 @@ import os
 
 import mlx.core as mx
 
-from .contract import KernelInputError, validate_conv, validate_scan
+from . import cuda_packed
+from .contract import D_STATE, KernelInputError, validate_conv, validate_scan
 from .cpu_binding import cpu_library, cpu_threads
 from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
 from .fallback import conv1d_fallback, selective_scan_ops
@@ -117,6 +118,57 @@ def _fuses_dt_proj(which: str, lib, u, delta_raw, dt_proj) -> bool:
     if which == "cpu":
         return lib is not None and fusable_dt_proj(lib, u, delta_raw, dt_proj)
     return which == "cuda" and delta_raw.ndim == 3 and delta_raw.shape[2] <= CUDA_MAX_DT_RANK
+
+
+def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
+    """SiLU(causal_conv1d(xz[..., :D])) for a Mamba block's in_proj output xz [B, L, 2D]
+    (x, then the gate z), D = weight.shape[0]. On CUDA a kernel compiled once per machine
+    reads x in place (cuda_packed); elsewhere this is causal_conv1d on the slice."""
+    x = xz[..., : weight.shape[0]]
+    if backend() == "cuda" and not conv_kernel_disabled() and _packed_works(xz, weight, bias):
+        validate_conv(x, weight, bias)
+        y = cuda_packed.mamba_conv(xz, weight, bias)
+        if y is not None:
+            return y
+    return causal_conv1d(x, weight, bias, silu=True)
+
+
+def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: mx.array,
+               dt_proj: tuple[mx.array, mx.array], strict: bool = False) -> mx.array:
+    """selective_scan for a Mamba block: dt's rank-R input, B and C are the columns of the
+    x_proj output x_dbl [B, L, R + 2*16], z the second half of xz [B, L, 2D], and
+    dt_proj=(weight [D, R], bias [D]) is applied in the kernel where it can be. On CUDA a kernel
+    compiled once per machine reads them in place (cuda_packed)."""
+    rank, channels, n = int(dt_proj[0].shape[1]), int(u.shape[2]), D_STATE
+    dt, B, C = x_dbl[..., :rank], x_dbl[..., rank:rank + n], x_dbl[..., rank + n:]
+    z = xz[..., channels:]
+    if backend() == "cuda" and rank <= CUDA_MAX_DT_RANK and not cuda_packed.unusable():
+        validate_scan(u, dt, A_log, B, C, D, z, dt_proj)
+        y = cuda_packed.mamba_scan(u, x_dbl, xz, A_log, D, dt_proj, strict)
+        if y is not None:
+            return y
+    return selective_scan(u, dt, A_log, B, C, D, z, strict=strict, dt_proj=dt_proj)
+
+
+_packed_probed: dict[int, bool] = {}
+
+
+def _packed_works(xz: mx.array, weight: mx.array, bias: mx.array) -> bool:
+    """Run the precompiled conv once per D on a tiny input (a cubin that fails to load would
+    only fail at evaluation, in the middle of a window); a failure turns them all off."""
+    channels = int(weight.shape[0])
+    if channels not in _packed_probed:
+        ok = False
+        try:
+            tiny = mx.zeros((1, 2, 2 * channels), mx.float32)
+            y = cuda_packed.mamba_conv(tiny, mx.zeros_like(weight), mx.zeros_like(bias))
+            if y is not None:
+                mx.eval(y)
+                ok = True
+        except Exception as exc:  # noqa: BLE001 - any failure means: use MLX's JIT kernels
+            cuda_packed.mark_unusable(str(exc))
+        _packed_probed[channels] = ok
+    return _packed_probed[channels] and not cuda_packed.unusable()
 
 
 def kernel_info() -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""Where the kernel sources are, read once each."""
+"""Where the kernel sources are (read once each), and where compiled kernels are cached."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from pathlib import Path
 from . import build
 
 SOURCE_DIR_ENV = "SPEECHLENS_KERNEL_DIR"
+CACHE_DIR_ENV = "SPEECHLENS_CACHE_DIR"
 _PACKAGE = Path(__file__).resolve().parents[1]  # speechlens_cli/
 
 
@@ -35,3 +36,13 @@ def source(name: str) -> str:
 def cpu_sources_hash() -> str:
     """The hash a CPU library built from the sources found here must carry."""
     return build.sources_hash(kernel_source_dir())
+
+
+def cache_dir() -> Path:
+    """Where kernels compiled at run time are kept: ``SPEECHLENS_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/speechlens``, else ``~/.cache/speechlens``."""
+    root = os.environ.get(CACHE_DIR_ENV)
+    if root:
+        return Path(root)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return (Path(xdg) if xdg else Path.home() / ".cache") / "speechlens"

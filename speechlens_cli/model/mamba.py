@@ -30,14 +30,11 @@ class Mamba(nn.Module):
         self.out_proj = nn.Linear(di, d, bias=False)
 
     def __call__(self, u: mx.array, strict: bool) -> mx.array:
-        xz = self.in_proj(u)
-        x, z = xz[..., : self.d_inner], xz[..., self.d_inner:]
-        x = kernels.causal_conv1d(x, self.conv1d.weight, self.conv1d.bias, silu=True)
-        x_dbl = self.x_proj(x)
-        r, n = self.dt_rank, self.d_state
-        B, C = x_dbl[..., r: r + n], x_dbl[..., r + n:]
-        y = kernels.selective_scan(x, x_dbl[..., :r], self.A_log, B, C, self.D, z, strict=strict,
-                                   dt_proj=(self.dt_proj.weight, self.dt_proj.bias))
+        xz = self.in_proj(u)  # x, then the gate z
+        x = kernels.mamba_conv(xz, self.conv1d.weight, self.conv1d.bias)
+        x_dbl = self.x_proj(x)  # dt's rank-R input, B, C
+        y = kernels.mamba_scan(x, x_dbl, xz, self.A_log, self.D,
+                               (self.dt_proj.weight, self.dt_proj.bias), strict=strict)
         return self.out_proj(y)
 
 

@@ -1,0 +1,181 @@
+"""The CUDA kernels on a Mamba block's packed tensors, compiled once per machine.
+
+A Mamba block holds its conv input and gate side by side in the in_proj output ``xz``
+([B, L, 2D]: x, then z) and the scan's dt input, B and C side by side in the x_proj output
+``x_dbl`` ([B, L, R + 2N]). The kernels read them in place. MLX arrays do not expose their
+strides, so a precompiled kernel (``mx.fast.precompiled_cuda_kernel``, see nvrtc.py) cannot be
+handed a slice: it is handed the row-contiguous parent and the column where its part starts,
+and the strides follow from the parent's shape. The kernel bodies are the JIT path's, wrapped
+in a signature of pointers and int scalars (MLX passes inputs, then outputs, then scalars).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import mlx.core as mx
+
+from .contract import CONV_WIDTH, D_STATE
+from .gpu import CUDA_SCAN_CHUNK, cuda_scan_threads, threadgroup
+from .notices import warn_once
+from .nvrtc import NvrtcError, cached_cubin
+from .sources import source
+
+#: The runtime dimensions of the batched parts; everything else is a compile-time constant.
+RUNTIME_DIMS = ("B", "L")
+
+
+@dataclass(frozen=True)
+class Part:
+    """Input `name` of a kernel body: columns [offset, offset + width) of a row-contiguous
+    parent of dimensions `dims` (ints, or "B" / "L" for the batch and length, which the kernel
+    takes at run time). Only B and L are passed per launch: a launch costs two int arguments
+    and no per-call Python work beyond the inputs."""
+
+    name: str
+    offset: int
+    dims: tuple[int | str, ...]
+    width: int
+
+    def strides(self) -> list[str]:
+        """The parent's row-major strides, as C++ expressions."""
+        out, step = [], "1"
+        for size in reversed(self.dims):
+            out.append(step)
+            step = f"(long long)({size}) * {step}"
+        return out[::-1]
+
+    def shape(self) -> list[str]:
+        return [str(d) for d in self.dims[:-1]] + [str(self.width)]
+
+
+def _uses(body: str, name: str, what: str) -> bool:
+    return f"{name}_{what}" in body
+
+
+def wrapper_source(kernel_name: str, body: str, header: str, parts: tuple[Part, ...],
+                   template: tuple[tuple[str, int | bool], ...]) -> str:
+    """An ``extern "C"`` kernel that rebuilds what the body expects from MLX's JIT signature
+    (``NAME``, ``NAME_shape``, ``NAME_strides``) out of base pointers, the packed layout and the
+    int scalars B and L."""
+    params = [f"const float* {p.name}_base" for p in parts] + ["float* out"]
+    params += [f"int {d}" for d in RUNTIME_DIMS]
+    lines = [f"  constexpr {'bool' if isinstance(v, bool) else 'int'} {k} = "
+             f"{str(v).lower() if isinstance(v, bool) else v};" for k, v in template]
+    for p in parts:
+        lines.append(f"  const float* {p.name} = {p.name}_base + {p.offset};")
+        for what, ctype, values in (("shape", "int", p.shape()),
+                                    ("strides", "long long", p.strides())):
+            if _uses(body, p.name, what):
+                lines.append(f"  const {ctype} {p.name}_{what}[{len(values)}] = "
+                             f"{{{', '.join(values)}}};")
+    return (f"{header}\nextern \"C\" __global__ void {kernel_name}(\n    "
+            + ",\n    ".join(params) + ") {\n" + "\n".join(lines) + "\n" + body + "\n}\n")
+
+
+_unusable: list[str] = []
+
+
+def kernel_name(kind: str, template: tuple) -> str:
+    return "speechlens_" + kind + "".join(f"_{k}{int(v)}" for k, v in template)
+
+
+def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, bytes] | None:
+    """(name, cubin) of one kernel variant, or None (no NVRTC or driver, or a compile error:
+    the JIT path runs instead)."""
+    name = kernel_name(kind, template)
+    header = source("sl_backend_cuda.h") + source("sl_mamba.h") + (
+        source("sl_scan_cuda.h") if kind == "scan" else "")
+    text = wrapper_source(name, source(KERNELS[kind]), header, parts, template)
+    try:
+        cubin = cached_cubin(text, name)
+    except (NvrtcError, OSError) as exc:
+        warn_once(f"nvrtc-{name}", f"{name}: {exc}; compiling it with MLX in every process")
+        return None
+    return None if cubin is None else (name, cubin)
+
+
+KERNELS = {"conv": "causal_conv1d_body.h", "scan": "selective_scan_cuda_body.h"}
+
+
+def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,
+           out_shape: tuple[int, ...]) -> mx.array | None:
+    """Run a precompiled kernel, or None where there is none (the caller slices the parents
+    and takes the JIT path)."""
+    if kernel is None or _unusable:
+        return None
+    name, cubin = kernel
+    return mx.fast.precompiled_cuda_kernel(
+        name=name, compiled_source=cubin, inputs=inputs, output_shapes=[out_shape],
+        output_dtypes=[mx.float32], scalars=[int(out_shape[0]), int(out_shape[1])],
+        grid=(grid, 1, 1), threadgroup=(block, 1, 1), ensure_row_contiguous=True)[0]
+
+
+def unusable() -> bool:
+    return bool(_unusable)
+
+
+def mark_unusable(reason: str) -> None:
+    """Stop using precompiled kernels in this process (one failed to load or run)."""
+    if not _unusable:
+        _unusable.append(reason)
+        warn_once("precompiled-cuda", f"precompiled CUDA kernels failed ({reason}); "
+                  "compiling them with MLX instead")
+
+
+def conv_parts(channels: int) -> tuple[Part, ...]:
+    """x = columns [0, D) of xz [B, L, 2D]; the weight [D, 4, 1] and bias [D] whole."""
+    return (Part("x", 0, ("B", "L", 2 * channels), channels),
+            Part("weight", 0, (channels, CONV_WIDTH, 1), 1), Part("bias", 0, (channels,), channels))
+
+
+def scan_parts(channels: int, rank: int) -> tuple[Part, ...]:
+    """u [B, L, D]; dt, B, C = columns [0, R), [R, R+N), [R+N, R+2N) of x_dbl; z = columns
+    [D, 2D) of xz; dt_proj's weight [D, R] and bias [D], A_log [D, N], D [D] whole."""
+    n = D_STATE
+    row = rank + 2 * n
+    return (Part("u", 0, ("B", "L", channels), channels), Part("dt", 0, ("B", "L", row), rank),
+            Part("dt_w", 0, (channels, rank), rank), Part("dt_b", 0, (channels,), channels),
+            Part("A_log", 0, (channels, n), n), Part("Bs", rank, ("B", "L", row), n),
+            Part("Cs", rank + n, ("B", "L", row), n), Part("Dskip", 0, (channels,), channels),
+            Part("z", channels, ("B", "L", 2 * channels), channels))
+
+
+def conv_template(channels: int) -> tuple:
+    return (("DI", channels), ("SILU", True))
+
+
+def scan_template(channels: int, rank: int, strict: bool, threads: int) -> tuple:
+    return (("DI", channels), ("NS", D_STATE), ("STRICT", bool(strict)), ("R", rank),
+            ("CHUNK", CUDA_SCAN_CHUNK[bool(strict)]), ("TG", threads))
+
+
+@functools.cache
+def conv_kernel(channels: int) -> tuple[str, bytes] | None:
+    return _build("conv", conv_parts(channels), conv_template(channels))
+
+
+@functools.cache
+def scan_kernel(channels: int, rank: int, strict: bool, threads: int) -> tuple[str, bytes] | None:
+    return _build("scan", scan_parts(channels, rank), scan_template(channels, rank, strict,
+                                                                   threads))
+
+
+def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array | None:
+    """SiLU(causal conv of xz[..., :D]) with D = weight.shape[0], or None (see launch)."""
+    batch, length, _ = xz.shape
+    channels = int(weight.shape[0])
+    return launch(conv_kernel(channels), [xz, weight, bias], batch * channels, threadgroup(),
+                  (batch, length, channels))
+
+
+def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: mx.array,
+               dt_proj: tuple[mx.array, mx.array], strict: bool) -> mx.array | None:
+    """The scan on the packed tensors (scan_parts), or None (see launch)."""
+    batch, _, channels = u.shape
+    weight, bias = dt_proj
+    threads = cuda_scan_threads()
+    kernel = scan_kernel(int(channels), int(weight.shape[1]), bool(strict), threads)
+    return launch(kernel, [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, xz],
+                  batch * channels, threads, tuple(u.shape))

@@ -1,0 +1,235 @@
+"""The CUDA kernels compiled once per machine (kernels/cuda_packed.py, kernels/nvrtc.py).
+
+No GPU here, so three things are checked apart:
+* the generated ``extern "C"`` wrappers, compiled as C++ with the CUDA shim and called the way
+  MLX calls a precompiled kernel (input pointers, the output, then the int scalars B and L)
+  on parents laid out as the model's xz and x_dbl, against
+  float64: this proves the offsets, the rebuilt shapes and strides and the argument order;
+* every variant the model launches compiles with NVRTC for sm_80 and sm_90 (skipped by name
+  where no NVRTC library is installed; the dev extra installs one on Linux x86-64);
+* the disk cache: a variant is compiled once, then read; an unwritable cache still works;
+  no NVRTC means None (the caller uses MLX's JIT kernels); and on the CPU the packed entry
+  points are exactly the kernels on the slices.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import subprocess
+import sys
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as ref
+
+from speechlens_cli import kernels
+from speechlens_cli.kernels import cuda_packed, gpu, nvrtc
+from speechlens_cli.kernels.sources import source
+
+RTOL = 1e-5  # relative RMS error vs float64
+ATOL_CONV = 1e-5
+RANK = 4  # the full model's dt rank
+
+
+def _variant(kind, channels, rank=None, strict=None):
+    """(name, wrapper source, template) of a variant, exactly as cuda_packed builds it."""
+    if kind == "conv":
+        parts, template = cuda_packed.conv_parts(channels), cuda_packed.conv_template(channels)
+    else:
+        parts = cuda_packed.scan_parts(channels, rank)
+        template = cuda_packed.scan_template(channels, rank, strict, gpu.CUDA_SCAN_THREADS)
+    name = cuda_packed.kernel_name(kind, template)
+    header = source("sl_backend_cuda.h") + source("sl_mamba.h") + (
+        source("sl_scan_cuda.h") if kind == "scan" else "")
+    text = cuda_packed.wrapper_source(name, source(cuda_packed.KERNELS[kind]), header, parts,
+                                      template)
+    return name, text, template
+
+
+CPU_VARIANTS = [("conv", c, None, None) for c in (17, 256)] + [
+    ("scan", c, r, s) for c in (17, 256) for s in (False, True) for r in (1, RANK)]
+
+
+def _runner(name, n_inputs, block):
+    args = [f"(const float*)p[{i}]" for i in range(n_inputs)] + [f"(float*)p[{n_inputs}]"]
+    return (f'extern "C" void run_{name}(void** p, int B, int L, unsigned threads) {{\n'
+            f"  sl_cuda_cpu_launch((threads + {block} - 1) / {block}, {block}, [&] {{ "
+            f"{name}({', '.join(args)}, B, L); }});\n}}\n")
+
+
+@pytest.fixture(scope="module")
+def cpu_wrappers(tmp_path_factory):
+    """The wrappers of CPU_VARIANTS in one C++ library, with a runner per variant."""
+    cxx = kernels.find_cxx()
+    if cxx is None:
+        pytest.skip("no C++ compiler (set CXX) to build the kernel sources on the CPU")
+    parts = ['#include "cuda_cpu_shim.h"']
+    seen_header = False
+    for kind, channels, rank, strict in CPU_VARIANTS:
+        name, text, template = _variant(kind, channels, rank, strict)
+        header = source("sl_backend_cuda.h") + source("sl_mamba.h")
+        if seen_header:  # the headers once per translation unit; they are include-guarded
+            text = text.replace(header, "")
+        seen_header = True
+        n_inputs = 3 if kind == "conv" else 9
+        parts += [text, _runner(name, n_inputs, dict(template).get("TG", 32))]
+    folder = tmp_path_factory.mktemp("cuda_packed_on_cpu")
+    cpp, lib = folder / "wrappers.cpp", folder / "wrappers.so"
+    cpp.write_text("\n".join(parts))
+    cmd = [*cxx.split(), "-O1", "-std=c++17", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
+           "-Wno-unknown-pragmas", f"-I{kernels.kernel_source_dir()}", "-o", str(lib), str(cpp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    return ctypes.CDLL(str(lib))
+
+
+def _call(lib, kind, template, inputs, out_shape):
+    """Launch as MLX does: the input pointers, the output, then the scalars B and L."""
+    name = cuda_packed.kernel_name(kind, template)
+    out = np.full(out_shape, np.nan, np.float32)
+    keep = [np.ascontiguousarray(a) for a in inputs]
+    ptrs = (ctypes.c_void_p * (len(keep) + 1))(*[a.ctypes.data for a in keep],
+                                               out.ctypes.data)
+    getattr(lib, f"run_{name}")(ptrs, out_shape[0], out_shape[1], out_shape[0] * out_shape[2])
+    return out
+
+
+def _model_tensors(rng, batch, length, channels, rank):
+    xz = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
+    x_dbl = rng.standard_normal((batch, length, rank + 32)).astype(np.float32)
+    u = rng.standard_normal((batch, length, channels)).astype(np.float32)
+    weight = (rng.standard_normal((channels, rank)) / np.sqrt(rank)).astype(np.float32)
+    bias = (rng.standard_normal(channels) - 1.0).astype(np.float32)
+    A_log = np.log(rng.uniform(0.5, 16.0, (channels, 16))).astype(np.float32)
+    D = rng.standard_normal(channels).astype(np.float32)
+    return xz, x_dbl, u, weight, bias, A_log, D
+
+
+@pytest.mark.parametrize("channels", [17, 256])
+@pytest.mark.parametrize("batch,length", [(1, 1), (2, 37)])
+def test_precompiled_conv_wrapper_reads_x_out_of_xz(cpu_wrappers, channels, batch, length):
+    rng = np.random.default_rng(channels + length)
+    xz = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
+    w = rng.standard_normal((channels, 4, 1)).astype(np.float32)
+    b = rng.standard_normal(channels).astype(np.float32)
+    out = _call(cpu_wrappers, "conv", cuda_packed.conv_template(channels), [xz, w, b],
+                (batch, length, channels))
+    want = ref.reference_causal_conv1d(xz[..., :channels], w.transpose(0, 2, 1), b)
+    want = want / (1.0 + np.exp(-want))
+    assert float(np.max(np.abs(out - want))) <= ATOL_CONV
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("rank", [1, RANK])
+@pytest.mark.parametrize("channels,batch,length", [(17, 3, 45), (256, 2, 70), (256, 1, 1)])
+def test_precompiled_scan_wrapper_reads_the_packed_tensors(cpu_wrappers, strict, rank,
+                                                          channels, batch, length):
+    rng = np.random.default_rng(7 * rank + length)
+    xz, x_dbl, u, weight, bias, A_log, D = _model_tensors(rng, batch, length, channels, rank)
+    n = 16
+    template = cuda_packed.scan_template(channels, rank, strict, gpu.CUDA_SCAN_THREADS)
+    # the inputs in mamba_scan's order: x_dbl stands for dt, B and C, xz for z
+    inputs = [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, xz]
+    out = _call(cpu_wrappers, "scan", template, inputs, u.shape)
+    delta_raw = bias.astype(np.float64) + x_dbl[..., :rank].astype(np.float64) @ weight.T
+    want = ref.reference_selective_scan(u, delta_raw, A_log, x_dbl[..., rank:rank + n],
+                                        x_dbl[..., rank + n:], D, xz[..., channels:])
+    assert np.all(np.isfinite(out)), "unwritten or non-finite outputs"
+    rel = float(np.sqrt(np.mean((out - want) ** 2) / np.mean(want ** 2)))
+    assert rel <= RTOL, rel
+
+
+def test_the_packed_layout_gives_the_parents_row_major_strides():
+    z = cuda_packed.scan_parts(256, RANK)[-1]
+    assert (z.name, z.offset, z.shape()) == ("z", 256, ["B", "L", "256"])
+    assert z.strides() == ["(long long)(L) * (long long)(512) * 1", "(long long)(512) * 1", "1"]
+
+
+MODEL_VARIANTS = [("conv", c, None, None) for c in (64, 256)] + [
+    ("scan", c, r, s) for c, r in ((64, 1), (256, RANK)) for s in (False, True)]
+
+
+@pytest.mark.parametrize("arch", [(8, 0), (9, 0)])
+@pytest.mark.parametrize("kind,channels,rank,strict", MODEL_VARIANTS)
+def test_every_model_variant_compiles_with_nvrtc(kind, channels, rank, strict, arch):
+    """The tiny test model's (D = 64, R = 1) and the full model's (D = 256, R = 4) variants."""
+    lib = nvrtc.nvrtc()
+    if lib is None:
+        pytest.skip("no NVRTC library here (pip install nvidia-cuda-nvrtc)")
+    name, text, _ = _variant(kind, channels, rank, strict)
+    cubin = nvrtc.compile_cubin(lib, text, name, arch)
+    assert cubin[:4] == b"\x7fELF" and name.encode() in cubin
+
+
+def test_a_compile_error_is_reported_with_the_log():
+    lib = nvrtc.nvrtc()
+    if lib is None:
+        pytest.skip("no NVRTC library here (pip install nvidia-cuda-nvrtc)")
+    with pytest.raises(nvrtc.NvrtcError, match="undefined_thing"):
+        nvrtc.compile_cubin(lib, 'extern "C" __global__ void k() { undefined_thing(); }', "k",
+                            (9, 0))
+
+
+@pytest.fixture
+def fake_nvrtc(monkeypatch, tmp_path):
+    """NVRTC and the driver replaced by counters; the cache folder in tmp_path."""
+    calls = []
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(nvrtc, "nvrtc", lambda: object())
+    monkeypatch.setattr(nvrtc, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(nvrtc, "nvrtc_version", lambda lib: "13.0")
+
+    def compile_cubin(lib, text, name, arch):
+        calls.append(name)
+        return b"\x7fELF" + text.encode()
+
+    monkeypatch.setattr(nvrtc, "compile_cubin", compile_cubin)
+    return calls
+
+
+def test_a_variant_is_compiled_once_then_read_from_the_cache(fake_nvrtc):
+    first = nvrtc.cached_cubin("source A", "k")
+    again = nvrtc.cached_cubin("source A", "k")
+    other = nvrtc.cached_cubin("source B", "k")
+    assert first == again == b"\x7fELFsource A" and other == b"\x7fELFsource B"
+    assert fake_nvrtc == ["k", "k"]  # A once, B once
+    path = nvrtc.cubin_path("source A", "k", (9, 0), "13.0")
+    assert path.read_bytes() == first
+    assert [p.name for p in path.parent.iterdir() if p.suffix == ".tmp"] == []
+
+
+def test_an_unwritable_cache_still_gives_the_kernel(fake_nvrtc, tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(blocker))
+    assert nvrtc.cached_cubin("source A", "k") == b"\x7fELFsource A"
+    assert nvrtc.cached_cubin("source A", "k") == b"\x7fELFsource A"
+    assert fake_nvrtc == ["k", "k"]  # nothing could be stored, so compiled each time
+
+
+def test_no_nvrtc_means_mlx_compiles(monkeypatch):
+    monkeypatch.setattr(nvrtc, "nvrtc", lambda: None)
+    assert nvrtc.cached_cubin("source", "k") is None
+
+
+def test_packed_entry_points_are_the_kernels_on_the_slices():
+    """On the CPU (and wherever no precompiled kernel runs) mamba_conv / mamba_scan are
+    causal_conv1d / selective_scan on the slices, bit for bit."""
+    rng = np.random.default_rng(5)
+    xz, x_dbl, u, weight, bias, A_log, D = (mx.array(a) for a in
+                                            _model_tensors(rng, 2, 33, 64, RANK))
+    w = mx.array(rng.standard_normal((64, 4, 1)).astype(np.float32))
+    cb = mx.array(rng.standard_normal(64).astype(np.float32))
+    got = kernels.mamba_conv(xz, w, cb)
+    want = kernels.causal_conv1d(xz[..., :64], w, cb, silu=True)
+    assert np.array_equal(np.array(got), np.array(want))
+    for strict in (False, True):
+        got = kernels.mamba_scan(u, x_dbl, xz, A_log, D, (weight, bias), strict=strict)
+        want = kernels.selective_scan(u, x_dbl[..., :RANK], A_log, x_dbl[..., RANK:RANK + 16],
+                                      x_dbl[..., RANK + 16:], D, xz[..., 64:], strict=strict,
+                                      dt_proj=(weight, bias))
+        assert np.array_equal(np.array(got), np.array(want))
