@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
+from pathlib import Path
 
 import click
 
@@ -23,6 +25,16 @@ from .jobs import collect_jobs, left_alone
 from .license import confirm_license
 from .reporting import Reporter
 from .runner import EnhanceOptions, run_jobs
+
+
+def _format_suffix(name: str | None) -> str | None:
+    """--format's container as a suffix (".m4a"): one speechlens writes, or a usage error."""
+    if name is None:
+        return None
+    suffix = "." + name.lower().lstrip(".")
+    if audio_io.format_for_suffix(suffix) is None:
+        raise audio_io.unwritable(f"--format {name}")
+    return suffix
 
 
 def _shard_option(_ctx: click.Context, _param: click.Parameter,
@@ -92,6 +104,12 @@ def _signals_interrupt():
 @click.option("--skip-existing", is_flag=True, help="Keep existing outputs (resume a batch).")
 @click.option("--subtype", default=None, show_default=False,
               help="Output encoding, e.g. PCM_16, PCM_24, FLOAT [default: the input's].")
+@click.option("--format", "output_suffix", default=None, metavar="SUFFIX", show_default=False,
+              help="Container of every output, by suffix (wav, flac, m4a, mp4, webm, ...) "
+                   "[default: the output name's, else the input's].")
+@click.option("--track", type=click.IntRange(min=0), default=None, show_default=False,
+              help="Audio track of a media file to enhance, from 0 as in ffmpeg's -map 0:a:N "
+                   "[default: the default track]; the others are copied.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file on stdout.")
 @click.option("--dry-run", is_flag=True, help="Show the plan; load no model, write nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only.")
@@ -104,7 +122,8 @@ def _signals_interrupt():
                    "arrays, GNU parallel, Ray (docs/scale-out.md).")
 def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, device: str, overwrite: bool,
-            skip_existing: bool, subtype: str | None, as_json: bool, dry_run: bool, quiet: bool,
+            skip_existing: bool, subtype: str | None, output_suffix: str | None,
+            track: int | None, as_json: bool, dry_run: bool, quiet: bool,
             verbose: bool, accept_license: bool, shard: tuple[int, int] | None) -> None:
     """Enhance SOURCE into DESTINATION, file to file or folder to folder ('-' is stdin/stdout).
 
@@ -117,12 +136,17 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
         raise UsageError("--overwrite and --skip-existing contradict each other")
     if subtype is not None:
         audio_io.check_subtype_name(subtype)
+    suffix = _format_suffix(output_suffix)
     chosen_device = api.select_device(device)
     share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
     share.check_paths(paths)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_interrupt())
         jobs, others, batch = collect_jobs(paths, output_dir, stack)
+        if suffix:
+            named = not batch and not paths[-1].endswith(("/", os.sep)) \
+                and not Path(paths[-1]).is_dir()
+            jobs = [job.in_format(suffix, named=named) for job in jobs]
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
         jobs, others = share.take(jobs, others)
@@ -130,7 +154,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
             confirm_license(model, accept_license, may_ask="-" not in paths)
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
-                                 overwrite, skip_existing, subtype, dry_run)
+                                 overwrite, skip_existing, subtype, dry_run, track)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import audio as audio_io
@@ -25,6 +25,17 @@ class Job:
     @property
     def to_stdout(self) -> bool:
         return self.shown_output == "-"
+
+    def in_format(self, suffix: str, *, named: bool) -> Job:
+        """The job writing `suffix` (--format); `named`: the user typed the output's name, whose
+        own suffix may not say otherwise."""
+        if self.to_stdout:
+            raise UsageError("--format does not apply to standard output (always WAV)")
+        own = self.destination.suffix.lower()
+        if named and audio_io.format_for_suffix(own) and own != suffix:
+            raise UsageError(f"{self.destination}: its suffix contradicts --format {suffix[1:]}")
+        target = self.destination.with_suffix(suffix)
+        return replace(self, destination=target, shown_output=str(target))
 
 
 def folder_jobs(source: Path, destination: Path) -> tuple[list[Job], list]:
