@@ -86,10 +86,36 @@ def _signals_interrupt():
                 signal.signal(number, handler)
 
 
-@main.command(context_settings={"show_default": True})
-@click.argument("paths", nargs=-1, required=True, metavar="SOURCE... [DESTINATION]")
+_EXAMPLES = """\b
+Examples:
+  speechlens enhance memo.m4a clean.m4a        phone memo: AAC stays AAC at its bit rate
+  speechlens enhance talk.mp4 clean.mp4        video: picture, subtitles, other tracks copied
+  speechlens enhance talk.mkv clean.mkv --track 1   the second audio track instead
+  speechlens enhance noisy.wav clean.flac      another container: the suffix decides
+  speechlens enhance *.m4a --suffix _clean     clean copies next to the inputs
+  speechlens enhance recordings/ cleaned/      a folder, recursively, into a mirrored tree
+  speechlens enhance a.wav b.m4a -o cleaned/   several files into one folder
+  speechlens enhance - - < in.wav > out.wav    WAV through stdin and stdout
+
+\b
+Formats: WAV, FLAC, AIFF, OGG and libsndfile's others, exactly; M4A, MP4, MOV, WebM,
+MKV, MP3 through FFmpeg (PyAV). `speechlens formats` lists them with their encodings.
+An output suffix nothing writes (.txt, none) is refused; an encoding the container
+cannot hold becomes the nearest lossless one it has, with a note.
+
+\b
+Exit codes: 0 all done, 1 a failure, 2 a usage error, 3 a batch finished with some files
+failed, 130 interrupted. Every failure is one line on stderr; no partial output is left.
+"""
+
+
+@main.command(context_settings={"show_default": True}, epilog=_EXAMPLES)
+@click.argument("paths", nargs=-1, required=True,
+                metavar="SOURCE DESTINATION | SOURCE... -o DIR | SOURCE... --suffix S")
 @click.option("-o", "--output-dir", default=None,
               help="Write all SOURCEs (files or folders) into this folder.")
+@click.option("--suffix", "name_suffix", default=None, metavar="S",
+              help="Write each output beside its input file, named NAME{S}.EXT.")
 @click.option("--model", default=None, envvar=checkpoint.MODEL_ENV, show_default=False,
               help="Hugging Face repo id, checkpoint folder or .safetensors file "
                    "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
@@ -120,7 +146,8 @@ def _signals_interrupt():
 @click.option("--shard", default=None, metavar="I/N", callback=_shard_option,
               help="Enhance only part I of N (from 0), split as under mlx.launch: for SLURM "
                    "arrays, GNU parallel, Ray (docs/scale-out.md).")
-def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, strict_mode: bool,
+def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | None,
+            model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, device: str, overwrite: bool,
             skip_existing: bool, subtype: str | None, output_suffix: str | None,
             track: int | None, as_json: bool, dry_run: bool, quiet: bool,
@@ -142,7 +169,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
     share.check_paths(paths)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_interrupt())
-        jobs, others, batch = collect_jobs(paths, output_dir, stack)
+        jobs, others, batch = collect_jobs(paths, output_dir, stack, name_suffix)
         if suffix:
             named = not batch and not paths[-1].endswith(("/", os.sep)) \
                 and not Path(paths[-1]).is_dir()
