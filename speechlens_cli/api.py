@@ -143,16 +143,18 @@ def plan_file(
     container: str | None = None,
     name: str | None = None,
     create_folders: bool = False,
+    track: int | None = None,
 ) -> FilePlan:
     """Every check that needs no model: a readable input at a supported rate, an output that is
     not the input, does not exist (unless `overwrite`) and lands in a writable folder.
 
     With `create_folders`, a missing output folder is fine when its nearest existing ancestor is
-    writable (the batch mirrors the input tree into it).
+    writable (the batch mirrors the input tree into it). `track` picks a media file's audio
+    track (from 0; the default track otherwise).
     """
     source, destination = Path(source), Path(destination)
     name = name or str(source)
-    info = audio_io.read_info(source, name)
+    info = audio_io.read_info(source, name, track)
     check_sample_rate(info.sample_rate, name)
     if audio_io.same_file(source, destination):
         raise UsageError(f"{destination}: is the input itself; choose another output")
@@ -165,7 +167,8 @@ def plan_file(
         )
     folder = destination.parent
     audio_io.check_writable(audio_io.nearest_existing(folder) if create_folders else folder)
-    output = audio_io.output_format(info, destination, subtype, container=container)
+    output = audio_io.output_format(info, destination, subtype, container=container,
+                                    source=source)
     return FilePlan(source, destination, info, output, overwrite, name)
 
 
@@ -189,7 +192,7 @@ def run_plan(
             plan.source, temporary,
             lambda window: enhance_channels(model, window, rate, strict),
             geometry, plan.output, name=plan.name, progress=progress,
-            output_name=str(plan.destination),
+            output_name=str(plan.destination), info=plan.info,
         )
     return FileResult(plan.name, str(plan.destination), Status.DONE, {
         **plan.facts(), "frames": result.frames, "windows": result.windows,

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
-import soundfile as sf
 
-from .audio import OutputFormat, Sink, open_reader, read_block
+from .audio import AudioInfo, OutputFormat, open_reader, open_sink, read_block
 from .errors import AudioInputError, UsageError
 
 DEFAULT_CHUNK_SECONDS = 5.0
@@ -107,7 +106,7 @@ class StreamResult:
 class _WindowReader:
     """Hands out windows in increasing order while holding at most one window of input."""
 
-    def __init__(self, handle: sf.SoundFile, frames: int, name: str):
+    def __init__(self, handle, frames: int, name: str):
         self.handle, self.frames, self.name = handle, frames, name
         self.buffer = np.zeros((0, handle.channels), np.float32)
         self.origin = 0  # file position of buffer[0]
@@ -133,6 +132,7 @@ def enhance_stream(
     name: str | None = None,
     progress: ProgressFn | None = None,
     output_name: str | None = None,
+    info: AudioInfo | None = None,
 ) -> StreamResult:
     """Enhance `source` into `destination` window by window, writing each block once it is final.
 
@@ -142,17 +142,18 @@ def enhance_stream(
     from exactly one window. The last window ends at the end of the file, so every window but
     that of a file shorter than one window has the full length.
 
-    `output_name` names the output in error messages (`destination` may be a temporary name).
+    `output_name` names the output in error messages (`destination` may be a temporary name);
+    `info`, the input's (from planning), spares reading it again.
     The closed output is read back before returning; a window the model turns into NaN or Inf
     (finite input far beyond full scale overflows the STFT) stops the file, never reaching it.
     """
     name = name or str(source)
     shown = output_name or str(destination)
-    with open_reader(source, name) as (handle, info), bounded_cache():
+    with open_reader(source, name, info) as (handle, info), bounded_cache():
         reader = _WindowReader(handle, info.frames, name)
         starts = geometry.starts(info.frames)
         tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade region
-        sink = Sink(destination, info.sample_rate, info.channels, output, shown)
+        sink = open_sink(destination, info, output, shown)
 
         def emit(block: np.ndarray) -> None:
             sink.write(block)

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from fixtures.audio import write_audio_fixtures
+from fixtures.media import write_media_fixtures
 from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, write_checkpoint
 
 ATTENUATED_PHASE_GAIN = 1e-4
@@ -50,3 +51,9 @@ def audio_dir(tmp_path_factory) -> Path:
     directory = tmp_path_factory.mktemp("audio")
     write_audio_fixtures(directory)
     return directory
+
+
+@pytest.fixture(scope="session")
+def media_files(tmp_path_factory) -> dict[str, Path]:
+    """fixtures.media's phone recording, video, web call, podcast and 5.1 file, by kind."""
+    return write_media_fixtures(tmp_path_factory.mktemp("media"))

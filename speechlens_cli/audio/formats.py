@@ -1,4 +1,8 @@
-"""Which container and encoding an output gets, and which file names mean audio."""
+"""Which container and encoding an output gets, and which file names mean audio.
+
+The output's suffix decides its container; a suffix nothing writes is refused. The encoding is the
+input's where the container can hold it; otherwise the nearest lossless one the container has
+(a lossy one only where it has none), announced in the plan's note."""
 
 from __future__ import annotations
 
@@ -7,70 +11,170 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import soundfile as sf
 
 from ..errors import OutputError, UsageError
-from . import libsndfile
+from . import libsndfile, pyav
+from .containers import CODECS, CONTAINERS, LOSSY_BIT_RATE_PER_CHANNEL, container_for_suffix
+from .info import AudioInfo
 from .libsndfile import native_stderr_silenced
-from .read import AudioInfo
 
 _INTEGER_SUBTYPES = ("ALAC_16", "ALAC_20", "ALAC_24", "ALAC_32")
 #: Suffixes that name a soundfile container besides the format names themselves (".wav", ...).
 _SUFFIX_ALIASES = {".aif": "AIFF", ".oga": "OGG", ".snd": "AU"}
+#: libsndfile's encodings from the widest down: a kept encoding a container cannot hold becomes
+#: the first one below it that it can (FLOAT -> FLAC is PCM_24).
+_LADDER = ("DOUBLE", "FLOAT", "PCM_32", "PCM_24", "PCM_16", "PCM_S8", "PCM_U8")
+#: Encodings that are not on the ladder, by the ladder's step that holds them without loss;
+#: lossy ones decode to floating point.
+_ON_LADDER = {"ALAC_16": "PCM_16", "ALAC_20": "PCM_24", "ALAC_24": "PCM_24",
+              "ALAC_32": "PCM_32", "ALAC": "PCM_24", "FLAC": "PCM_24"}
 
 
 @dataclass(frozen=True)
 class OutputFormat:
+    """`subtype` is libsndfile's encoding (PCM_24), or the codec (AAC) in a media container;
+    `bit_rate` is a lossy codec's; `note` says in one line what was not kept as asked."""
+
     format: str
     subtype: str
+    bit_rate: int | None = None
+    note: str | None = None
 
     @property
     def is_integer(self) -> bool:
         """Integer encodings cannot hold peaks beyond full scale: they are clamped and counted."""
         return self.subtype.startswith("PCM") or self.subtype in _INTEGER_SUBTYPES
 
+    @property
+    def is_media(self) -> bool:
+        """Written through PyAV (MediaSink), not soundfile."""
+        return self.format in CONTAINERS
+
+
+def _libsndfile_formats() -> dict[str, str]:
+    """Suffix -> libsndfile container, leaving out those PyAV writes (MP3 with its tags)."""
+    named = {"." + name.lower(): name for name in sf.available_formats()
+             if container_for_suffix("." + name.lower()) is None and name != "RAW"}
+    return {**named, **_SUFFIX_ALIASES}
+
 
 def format_for_suffix(suffix: str) -> str | None:
-    """The soundfile container a file suffix names, if any (".flac" -> "FLAC")."""
-    suffix = suffix.lower()
-    if suffix in _SUFFIX_ALIASES:
-        return _SUFFIX_ALIASES[suffix]
-    name = suffix.lstrip(".").upper()
-    return name if name and name in sf.available_formats() else None
+    """The container a file suffix names, if speechlens writes one (".flac" -> "FLAC",
+    ".m4a" -> "M4A")."""
+    media = container_for_suffix(suffix)
+    return media.name if media else _libsndfile_formats().get(suffix.lower())
+
+
+def writable_suffixes() -> list[str]:
+    """Every output suffix speechlens accepts, in the order `speechlens formats` lists them."""
+    return sorted(_libsndfile_formats()) + [s for c in CONTAINERS.values() for s in c.suffixes]
 
 
 def output_format(info: AudioInfo, destination: str | os.PathLike | None,
-                  subtype: str | None = None, *, container: str | None = None) -> OutputFormat:
-    """Keep the input's container and subtype unless the caller asks otherwise.
+                  subtype: str | None = None, *, container: str | None = None,
+                  source: str | os.PathLike | None = None) -> OutputFormat:
+    """The container the destination's suffix names (`container` forces one: stdout is WAV),
+    the input's encoding in it or the nearest one it can hold.
 
-    A destination whose suffix differs from the input's and names another container (in.wav ->
-    out.flac) asks for that container; `container` forces one (stdout is always WAV). A subtype
-    the new container cannot hold falls back to that container's default.
+    A suffix that names nothing writable is refused, unless it is the input's own (a file
+    libsndfile reads by its content, mirrored into a batch's output tree under its name).
     """
-    fmt = container or info.format
-    if container is None and destination is not None:
-        wanted = format_for_suffix(Path(destination).suffix)
-        if wanted is not None and wanted != info.format:
-            fmt = wanted
+    fmt = container or _named_container(info, destination, source)  # `container`: stdout
     if subtype is not None:
         subtype = subtype.upper()
-        if not sf.check_format(fmt, subtype) or not _can_write(fmt, subtype, info):
+        if not _can_write(fmt, subtype, info):
             raise UsageError(f"subtype {subtype} cannot be written in a {fmt} file"
-                             + _shape_note(fmt, subtype, info))
-        return OutputFormat(fmt, subtype)
-    # libsndfile reads some encodings it cannot write (an MP3 stream in a WAV file), and some
-    # containers limit rates and channels: try the encoding on an empty in-memory file first.
-    if sf.check_format(fmt, info.subtype) and _can_write(fmt, info.subtype, info):
-        return OutputFormat(fmt, info.subtype)
-    fallback = sf.default_subtype(fmt)
-    if fallback is None or not _can_write(fmt, fallback, info):
+                             + _shape_note(fmt, subtype, info) + f"; {_valid_list(fmt, info)}")
+        return OutputFormat(fmt, subtype, _bit_rate(subtype, info))
+    kept = _can_write(fmt, info.subtype, info)
+    chosen = info.subtype if kept else _nearest(fmt, info)
+    if chosen is None:
         raise OutputError(f"{destination or 'output'}: a {fmt} file cannot hold "
                           f"{info.channels} channel(s) at {info.sample_rate} Hz; choose another "
                           "container (e.g. .wav)")
-    return OutputFormat(fmt, fallback)
+    notes = []
+    if container and container != info.format:
+        notes.append(f"{info.format} input written as {fmt}/{chosen} "
+                     f"(standard output carries {fmt})")
+    if not kept:
+        notes.append(f"{info.subtype} cannot be written in a {fmt} file: {chosen} instead")
+    return OutputFormat(fmt, chosen, _bit_rate(chosen, info), "; ".join(notes) or None)
+
+
+def _named_container(info: AudioInfo, destination, source) -> str:
+    if destination is None:
+        return info.format
+    suffix = Path(destination).suffix
+    named = format_for_suffix(suffix)
+    if named is not None:
+        return named
+    if source is not None and suffix and suffix.lower() == Path(source).suffix.lower():
+        return info.format
+    raise unwritable(f"{destination}: "
+                     + (f"'{suffix}'" if suffix else "a name without a suffix"))
+
+
+def _nearest(fmt: str, info: AudioInfo) -> str | None:
+    """The kept encoding's nearest lossless stand-in the container holds: down the ladder from
+    it, or a lossless codec; failing that, the container's first lossy codec."""
+    if fmt in CONTAINERS:
+        candidates = CONTAINERS[fmt].codecs
+        lossless = [c for c in candidates if CODECS[c].lossless]
+        candidates = lossless + [c for c in candidates if c not in lossless]
+    else:
+        step = _ON_LADDER.get(info.subtype, info.subtype)
+        start = _LADDER.index(step) if step in _LADDER else _LADDER.index("FLOAT")
+        candidates = _LADDER[start:] + tuple(sf.available_subtypes(fmt))
+    return next((c for c in candidates if _can_write(fmt, c, info)), None)
+
+
+def _bit_rate(subtype: str, info: AudioInfo) -> int | None:
+    """A lossy codec keeps the input's rate when the input had the same codec."""
+    codec = CODECS.get(subtype)
+    if codec is None or codec.lossless:
+        return None
+    if info.media is not None and info.subtype == subtype and info.media.bit_rate:
+        return info.media.bit_rate
+    return LOSSY_BIT_RATE_PER_CHANNEL * info.channels
+
+
+def container_subtypes(fmt: str) -> list[str]:
+    """The encodings a container holds, at some rate and channel count."""
+    if fmt in CONTAINERS:
+        return [c for c in CONTAINERS[fmt].codecs if CODECS[c].encoder in av.codecs_available]
+    return [s for s in sf.available_subtypes(fmt) if sf.check_format(fmt, s)]
+
+
+def writable_subtypes(fmt: str, info: AudioInfo) -> list[str]:
+    """The encodings a container holds at the input's rate and channel count."""
+    return [subtype for subtype in container_subtypes(fmt) if _can_write(fmt, subtype, info)]
+
+
+def unwritable(what: str) -> UsageError:
+    """The refusal of a format nothing here writes, with the list of those that are."""
+    return UsageError(f"{what} names no format speechlens writes; writable: "
+                      + " ".join(writable_suffixes()))
+
+
+def _valid_list(fmt: str, info: AudioInfo) -> str:
+    valid = writable_subtypes(fmt, info)
+    return f"valid here: {', '.join(valid)}" if valid else "nothing is valid here"
 
 
 def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
+    if fmt in CONTAINERS:
+        codec = CODECS.get(subtype)
+        return (subtype in CONTAINERS[fmt].codecs and codec is not None
+                and codec.encoder is not None
+                and pyav.can_encode(codec.encoder, info.sample_rate,
+                                    info.media.layout if info.media
+                                    else pyav.layout_for(info.channels)))
+    if subtype not in sf.available_subtypes() or not sf.check_format(fmt, subtype):
+        return False
+    # libsndfile reads some encodings it cannot write (an MP3 stream in a WAV file), and some
+    # containers limit rates and channels: try the encoding on an empty in-memory file.
     try:
         with native_stderr_silenced(), sf.SoundFile(io.BytesIO(), "w", info.sample_rate,
                                                     info.channels, subtype, format=fmt):
@@ -81,16 +185,20 @@ def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
 
 
 def _shape_note(fmt: str, subtype: str, info: AudioInfo) -> str:
-    if sf.check_format(fmt, subtype):  # a valid pair refused for this rate or channel count
-        return f" at {info.sample_rate} Hz with {info.channels} channel(s)"
-    return ""
+    """A valid pair refused for this rate or channel count says so."""
+    valid = (subtype in CONTAINERS[fmt].codecs if fmt in CONTAINERS
+             else subtype in sf.available_subtypes() and sf.check_format(fmt, subtype))
+    return f" at {info.sample_rate} Hz with {info.channels} channel(s)" if valid else ""
 
 
 def check_subtype_name(subtype: str) -> None:
-    if subtype.upper() not in sf.available_subtypes():
-        raise UsageError(f"unknown subtype {subtype!r} (for example PCM_16, PCM_24, FLOAT)")
+    if subtype.upper() not in sf.available_subtypes() and subtype.upper() not in CODECS:
+        raise UsageError(f"unknown subtype {subtype!r} (for example PCM_16, PCM_24, FLOAT, "
+                         "AAC, OPUS)")
 
 
 def audio_suffixes() -> set[str]:
-    """File suffixes that claim audio: every container soundfile knows, and the aliases."""
-    return {"." + name.lower() for name in sf.available_formats()} | set(_SUFFIX_ALIASES)
+    """File suffixes that claim audio: every container soundfile knows, the aliases, and the
+    media containers."""
+    return ({"." + name.lower() for name in sf.available_formats()} | set(_SUFFIX_ALIASES)
+            | {s for c in CONTAINERS.values() for s in c.suffixes})

@@ -7,20 +7,16 @@ import contextlib
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import soundfile as sf
 
 from ..errors import AudioInputError
-from . import libsndfile
+from . import libsndfile, media
+from .containers import media_suffixes
+from .info import AudioInfo, check_channels, check_finite
 from .libsndfile import native_stderr_silenced
-
-#: Most channels a file may have: mono, stereo, 5.1 and 7.1 all fit. Each channel is enhanced on
-#: its own, so time and window memory grow with the count; a header claiming hundreds of channels
-#: is far more likely damage than a recording.
-MAX_CHANNELS = 8
 
 #: libsndfile's log line for a WAV data chunk longer than the file: "data : 16000 (should be 7978)".
 _DATA_SHORTFALL = re.compile(r"^data\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
@@ -33,41 +29,17 @@ _MISLEADING_REASON = "File does not exist or is not a regular file"
 _UNKNOWN_FRAMES = 1 << 62
 
 
-@dataclass(frozen=True)
-class AudioInfo:
-    frames: int
-    sample_rate: int
-    channels: int
-    format: str
-    subtype: str
-
-    @property
-    def seconds(self) -> float:
-        return self.frames / self.sample_rate
-
-
-def check_channels(channels: int, subject: str, hint: str) -> None:
-    """At least one channel and at most MAX_CHANNELS; `subject` names the audio in the message
-    ("audio", "<file>:") and `hint` says how to get there."""
-    if channels <= 0:
-        raise AudioInputError(f"{subject} has no channels")
-    if channels > MAX_CHANNELS:
-        raise AudioInputError(f"{subject} has {channels} channels; speechlens enhances at most "
-                              f"{MAX_CHANNELS} ({hint})")
-
-
-def check_finite(samples: np.ndarray, subject: str) -> None:
-    """`subject` names the samples in the message ("audio", "<file>:")."""
-    if not np.isfinite(samples).all():
-        raise AudioInputError(f"{subject} contains NaN or Inf samples")
-
-
 def decode_error(name: str, error: Exception) -> AudioInputError:
     return AudioInputError(f"{name}: could not be decoded ({libsndfile.reason(error)})")
 
 
-def read_info(path: str | os.PathLike, name: str | None = None) -> AudioInfo:
-    """Header facts of an audio file, or the typed error that says why it cannot be enhanced."""
+def read_info(path: str | os.PathLike, name: str | None = None,
+              track: int | None = None) -> AudioInfo:
+    """Header facts of an audio file, or the typed error that says why it cannot be enhanced.
+
+    Media containers (a suffix naming one, or a file libsndfile does not recognise whose suffix
+    is none of libsndfile's) are read through PyAV, `track` choosing among their audio tracks;
+    libsndfile reads the rest, natively and exactly."""
     path = Path(path)
     name = name or str(path)
     if path.is_dir():
@@ -79,6 +51,8 @@ def read_info(path: str | os.PathLike, name: str | None = None) -> AudioInfo:
                               "use '-' to read a stream from stdin")
     if path.stat().st_size == 0:
         raise AudioInputError(f"{name}: is empty (0 bytes)")
+    if path.suffix.lower() in media_suffixes():
+        return media.probe(path, name, track)
     try:
         with native_stderr_silenced():
             info = sf.info(libsndfile.native_path(path))
@@ -86,6 +60,9 @@ def read_info(path: str | os.PathLike, name: str | None = None) -> AudioInfo:
         reason = libsndfile.reason(error)
         if reason.startswith(_MISLEADING_REASON) and path.is_file():
             reason = "format not recognised"
+        if "not recognised" in reason and not _libsndfile_suffix(path):
+            with contextlib.suppress(AudioInputError):
+                return media.probe(path, name, track)
         raise AudioInputError(f"{name}: not a readable audio file ({reason})") from None
     if info.frames <= 0:
         raise AudioInputError(f"{name}: contains no audio frames")
@@ -106,9 +83,20 @@ def read_info(path: str | os.PathLike, name: str | None = None) -> AudioInfo:
     return AudioInfo(info.frames, info.samplerate, info.channels, info.format, info.subtype)
 
 
+def _libsndfile_suffix(path: Path) -> bool:
+    return path.suffix.lstrip(".").upper() in sf.available_formats()
+
+
 @contextlib.contextmanager
-def open_reader(path: str | os.PathLike, name: str) -> Iterator[tuple[sf.SoundFile, AudioInfo]]:
-    info = read_info(path, name)
+def open_reader(path: str | os.PathLike, name: str,
+                info: AudioInfo | None = None) -> Iterator[tuple[sf.SoundFile, AudioInfo]]:
+    """A handle whose read() gives float32 blocks; `info`, when the caller has it already,
+    spares reading the header (or decoding a media track) again."""
+    info = info or read_info(path, name)
+    if info.media is not None:
+        with media.media_reader(info, name) as reader:
+            yield reader, info
+        return
     try:
         with native_stderr_silenced():
             handle = sf.SoundFile(libsndfile.native_path(path))
@@ -136,10 +124,10 @@ def read_block(handle: sf.SoundFile, frames: int, name: str, position: int,
 
 
 def readable(path: Path) -> bool:
-    """Whether libsndfile can read the header of `path`."""
+    """Whether libsndfile can read the header of `path`, or PyAV finds an audio track in it."""
     try:
         with native_stderr_silenced():
             sf.info(libsndfile.native_path(path))
     except libsndfile.ERRORS:
-        return False
+        return not _libsndfile_suffix(path) and media.has_audio(path)
     return True

@@ -8,7 +8,7 @@ speechlens_cli/bench/); ``jobs``, ``runner`` and ``reporting`` are enhance's par
 from __future__ import annotations
 
 from ..bench import bench_command
-from . import doctor, enhance, models  # noqa: F401  (each registers its command on main)
+from . import doctor, enhance, formats, models  # noqa: F401  (each registers its command on main)
 from .app import main
 
 main.add_command(bench_command)

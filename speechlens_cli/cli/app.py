@@ -17,6 +17,14 @@ def _versions() -> str:
 class _Group(click.Group):
     """Maps SpeechlensError and bad command lines to one line and an exit code; Ctrl-C to 130."""
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """Each command's whole first sentence, wrapped rather than cut off with "..."."""
+        rows = [(name, command.get_short_help_str(limit=1_000))
+                for name, command in sorted(self.commands.items()) if not command.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
@@ -40,8 +48,12 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
         ctx.exit()
 
 
-@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=_Group, invoke_without_command=True,
+             context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True,
               callback=_show_version, help="Show speechlens, MLX and backend versions.")
-def main() -> None:
+@click.pass_context
+def main(ctx: click.Context) -> None:
     """Clean up recorded speech with NVIDIA's RE-USE model on MLX."""
+    if ctx.invoked_subcommand is None:  # bare `speechlens`: the help, as asked for
+        click.echo(ctx.get_help())

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
+from pathlib import Path
 
 import click
 
@@ -23,6 +25,16 @@ from .jobs import collect_jobs, left_alone
 from .license import confirm_license
 from .reporting import Reporter
 from .runner import EnhanceOptions, run_jobs
+
+
+def _format_suffix(name: str | None) -> str | None:
+    """--format's container as a suffix (".m4a"): one speechlens writes, or a usage error."""
+    if name is None:
+        return None
+    suffix = "." + name.lower().lstrip(".")
+    if audio_io.format_for_suffix(suffix) is None:
+        raise audio_io.unwritable(f"--format {name}")
+    return suffix
 
 
 def _shard_option(_ctx: click.Context, _param: click.Parameter,
@@ -74,10 +86,36 @@ def _signals_interrupt():
                 signal.signal(number, handler)
 
 
-@main.command(context_settings={"show_default": True})
-@click.argument("paths", nargs=-1, required=True, metavar="SOURCE... [DESTINATION]")
+_EXAMPLES = """\b
+Examples:
+  speechlens enhance memo.m4a clean.m4a        phone memo: AAC stays AAC at its bit rate
+  speechlens enhance talk.mp4 clean.mp4        video: picture, subtitles, other tracks copied
+  speechlens enhance talk.mkv clean.mkv --track 1   the second audio track instead
+  speechlens enhance noisy.wav clean.flac      another container: the suffix decides
+  speechlens enhance *.m4a --suffix _clean     clean copies next to the inputs
+  speechlens enhance recordings/ cleaned/      a folder, recursively, into a mirrored tree
+  speechlens enhance a.wav b.m4a -o cleaned/   several files into one folder
+  speechlens enhance - - < in.wav > out.wav    WAV through stdin and stdout
+
+\b
+Formats: WAV, FLAC, AIFF, OGG and libsndfile's others, exactly; M4A, MP4, MOV, WebM,
+MKV, MP3 through FFmpeg (PyAV). `speechlens formats` lists them with their encodings.
+An output suffix nothing writes (.txt, none) is refused; an encoding the container
+cannot hold becomes the nearest lossless one it has, with a note.
+
+\b
+Exit codes: 0 all done, 1 a failure, 2 a usage error, 3 a batch finished with some files
+failed, 130 interrupted. Every failure is one line on stderr; no partial output is left.
+"""
+
+
+@main.command(context_settings={"show_default": True}, epilog=_EXAMPLES)
+@click.argument("paths", nargs=-1, required=True,
+                metavar="SOURCE DESTINATION | SOURCE... -o DIR | SOURCE... --suffix S")
 @click.option("-o", "--output-dir", default=None,
               help="Write all SOURCEs (files or folders) into this folder.")
+@click.option("--suffix", "name_suffix", default=None, metavar="S",
+              help="Write each output beside its input file, named NAME{S}.EXT.")
 @click.option("--model", default=None, envvar=checkpoint.MODEL_ENV, show_default=False,
               help="Hugging Face repo id, checkpoint folder or .safetensors file "
                    "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
@@ -92,6 +130,12 @@ def _signals_interrupt():
 @click.option("--skip-existing", is_flag=True, help="Keep existing outputs (resume a batch).")
 @click.option("--subtype", default=None, show_default=False,
               help="Output encoding, e.g. PCM_16, PCM_24, FLOAT [default: the input's].")
+@click.option("--format", "output_suffix", default=None, metavar="SUFFIX", show_default=False,
+              help="Container of every output, by suffix (wav, flac, m4a, mp4, webm, ...) "
+                   "[default: the output name's, else the input's].")
+@click.option("--track", type=click.IntRange(min=0), default=None, show_default=False,
+              help="Audio track of a media file to enhance, from 0 as in ffmpeg's -map 0:a:N "
+                   "[default: the default track]; the others are copied.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file on stdout.")
 @click.option("--dry-run", is_flag=True, help="Show the plan; load no model, write nothing.")
 @click.option("-q", "--quiet", is_flag=True, help="Errors only.")
@@ -102,9 +146,11 @@ def _signals_interrupt():
 @click.option("--shard", default=None, metavar="I/N", callback=_shard_option,
               help="Enhance only part I of N (from 0), split as under mlx.launch: for SLURM "
                    "arrays, GNU parallel, Ray (docs/scale-out.md).")
-def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, strict_mode: bool,
+def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | None,
+            model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, device: str, overwrite: bool,
-            skip_existing: bool, subtype: str | None, as_json: bool, dry_run: bool, quiet: bool,
+            skip_existing: bool, subtype: str | None, output_suffix: str | None,
+            track: int | None, as_json: bool, dry_run: bool, quiet: bool,
             verbose: bool, accept_license: bool, shard: tuple[int, int] | None) -> None:
     """Enhance SOURCE into DESTINATION, file to file or folder to folder ('-' is stdin/stdout).
 
@@ -117,12 +163,17 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
         raise UsageError("--overwrite and --skip-existing contradict each other")
     if subtype is not None:
         audio_io.check_subtype_name(subtype)
+    suffix = _format_suffix(output_suffix)
     chosen_device = api.select_device(device)
     share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
     share.check_paths(paths)
     with contextlib.ExitStack() as stack:
         stack.enter_context(_signals_interrupt())
-        jobs, others, batch = collect_jobs(paths, output_dir, stack)
+        jobs, others, batch = collect_jobs(paths, output_dir, stack, name_suffix)
+        if suffix:
+            named = not batch and not paths[-1].endswith(("/", os.sep)) \
+                and not Path(paths[-1]).is_dir()
+            jobs = [job.in_format(suffix, named=named) for job in jobs]
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
         jobs, others = share.take(jobs, others)
@@ -130,7 +181,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, model: str | None, s
             confirm_license(model, accept_license, may_ask="-" not in paths)
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
-                                 overwrite, skip_existing, subtype, dry_run)
+                                 overwrite, skip_existing, subtype, dry_run, track)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan

@@ -6,7 +6,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import audio as audio_io
@@ -25,6 +25,17 @@ class Job:
     @property
     def to_stdout(self) -> bool:
         return self.shown_output == "-"
+
+    def in_format(self, suffix: str, *, named: bool) -> Job:
+        """The job writing `suffix` (--format); `named`: the user typed the output's name, whose
+        own suffix may not say otherwise."""
+        if self.to_stdout:
+            raise UsageError("--format does not apply to standard output (always WAV)")
+        own = self.destination.suffix.lower()
+        if named and audio_io.format_for_suffix(own) and own != suffix:
+            raise UsageError(f"{self.destination}: its suffix contradicts --format {suffix[1:]}")
+        target = self.destination.with_suffix(suffix)
+        return replace(self, destination=target, shown_output=str(target))
 
 
 def folder_jobs(source: Path, destination: Path) -> tuple[list[Job], list]:
@@ -50,9 +61,28 @@ def left_alone(item) -> FileResult:
     return FileResult(str(item), None, Status.NOT_AUDIO, {"reason": "not an audio file"})
 
 
+def beside_inputs(paths: tuple[str, ...], suffix: str) -> list[Job]:
+    """SOURCES... --suffix S: each output next to its input, as NAME{S}.EXT."""
+    jobs = []
+    for source in paths:
+        path = Path(source)
+        if source == "-" or path.is_dir():
+            raise UsageError(f"{source}: --suffix names outputs beside input files; for "
+                             "stdin or a folder give a destination")
+        target = path.with_name(path.stem + suffix + path.suffix)
+        jobs.append(Job(path, target, source, str(target)))
+    return jobs
+
+
 def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
-                  stack: contextlib.ExitStack) -> tuple[list[Job], list[Path], bool]:
-    """(jobs, non-audio files, is a batch) for SOURCE DESTINATION or SOURCES... -o DIR."""
+                  stack: contextlib.ExitStack,
+                  suffix: str | None = None) -> tuple[list[Job], list[Path], bool]:
+    """(jobs, non-audio files, is a batch) for SOURCE DESTINATION, SOURCES... -o DIR or
+    SOURCES... --suffix S."""
+    if suffix is not None:
+        if output_dir is not None:
+            raise UsageError("--suffix writes beside the inputs, -o into a folder: choose one")
+        return beside_inputs(paths, suffix), [], len(paths) > 1
     if output_dir is not None:
         out = Path(output_dir)
         if out.exists() and not out.is_dir():
@@ -70,7 +100,8 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
                 jobs.append(Job(Path(source), target, source, str(target)))
         return jobs, others, True
     if len(paths) != 2:
-        raise UsageError("give SOURCE and DESTINATION, or several sources with -o DIR")
+        raise UsageError("give SOURCE and DESTINATION, or several sources with -o DIR or "
+                         "--suffix S")
     source, destination = paths
     if source != "-" and Path(source).is_dir():
         if destination == "-":

@@ -26,6 +26,7 @@ class EnhanceOptions:
     skip_existing: bool
     subtype: str | None
     dry_run: bool
+    track: int | None = None
 
 
 def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
@@ -34,7 +35,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 
     A file that fails is recorded and the next one runs; a model that cannot load stops the run.
     """
-    model, errors, outputs = None, [], set()
+    model, errors, outputs, notes = None, [], set(), set()
 
     def fail(job: Job, error: SpeechlensError) -> None:
         """Record a failure; an output that appeared meanwhile is a skip under --skip-existing
@@ -57,10 +58,13 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
             outputs.add(job.destination.resolve())
             plan = api.plan_file(job.source, job.destination, overwrite=options.overwrite,
                                  subtype=options.subtype, container=job.container, name=job.name,
-                                 create_folders=batch)
+                                 create_folders=batch, track=options.track)
         except SpeechlensError as error:
             fail(job, error)
             continue
+        if plan.output.note and plan.output.note not in notes:  # once a run, not once a file
+            notes.add(plan.output.note)
+            reporter.note(f"note: {plan.output.note}")
         if options.dry_run:
             planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
             reporter.record(planned)

@@ -1,0 +1,74 @@
+"""The media containers and codecs speechlens reads and writes through PyAV: the one table of
+which file suffix means which container, and which audio codecs each can hold."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Codec:
+    """An audio codec by the name speechlens shows (AAC), with FFmpeg's encoder and decoders."""
+
+    name: str
+    encoder: str | None
+    decoders: tuple[str, ...]
+    lossless: bool = False
+
+
+@dataclass(frozen=True)
+class MediaContainer:
+    """A container by the name speechlens shows (M4A), FFmpeg's muxer for it, and the audio codecs
+    it can be written with, in order of preference: the lossless one first where there is one,
+    then the one players expect."""
+
+    name: str
+    muxer: str
+    suffixes: tuple[str, ...]
+    codecs: tuple[str, ...]
+
+
+CODECS = {codec.name: codec for codec in (
+    Codec("AAC", "aac", ("aac", "aac_fixed", "aac_latm")),
+    Codec("OPUS", "libopus", ("opus", "libopus")),
+    Codec("MP3", "libmp3lame", ("mp3", "mp3float", "libmp3lame")),
+    Codec("ALAC", "alac", ("alac",), lossless=True),
+    Codec("FLAC", "flac", ("flac",), lossless=True),
+    Codec("VORBIS", None, ("vorbis", "libvorbis")),  # FFmpeg in PyAV's wheels has no encoder
+)}
+
+CONTAINERS = {container.name: container for container in (
+    MediaContainer("M4A", "ipod", (".m4a", ".m4b"), ("ALAC", "AAC")),
+    MediaContainer("MP4", "mp4", (".mp4", ".m4v"), ("ALAC", "FLAC", "AAC", "OPUS", "MP3")),
+    MediaContainer("MOV", "mov", (".mov", ".qt"), ("ALAC", "AAC")),
+    MediaContainer("3GP", "3gp", (".3gp",), ("AAC",)),
+    MediaContainer("WEBM", "webm", (".webm",), ("OPUS",)),
+    MediaContainer("MKV", "matroska", (".mkv", ".mka"), ("FLAC", "ALAC", "OPUS", "AAC", "MP3")),
+    MediaContainer("MP3", "mp3", (".mp3",), ("MP3",)),
+)}
+
+#: FFmpeg's demuxer name -> the container, for a file whose suffix does not say.
+_DEMUXED_AS = {"mov,mp4,m4a,3gp,3g2,mj2": "MP4", "matroska,webm": "MKV", "mp3": "MP3"}
+#: Bits per second and channel for a lossy encoding when the input's own rate is not kept (a WAV
+#: into .m4a, say): transparent for speech with AAC, Opus and MP3.
+LOSSY_BIT_RATE_PER_CHANNEL = 96_000
+
+
+def container_for_suffix(suffix: str) -> MediaContainer | None:
+    suffix = suffix.lower()
+    return next((c for c in CONTAINERS.values() if suffix in c.suffixes), None)
+
+
+def container_for_file(suffix: str, demuxer: str) -> MediaContainer | None:
+    """What a file read through PyAV is: its suffix says, else the demuxer that opened it."""
+    return container_for_suffix(suffix) or CONTAINERS.get(_DEMUXED_AS.get(demuxer, ""))
+
+
+def codec_name(decoder: str) -> str:
+    """The name speechlens shows for the codec FFmpeg decoded a track with ("aac" -> "AAC");
+    a codec speechlens cannot write keeps FFmpeg's name, upper-cased."""
+    return next((c.name for c in CODECS.values() if decoder in c.decoders), decoder.upper())
+
+
+def media_suffixes() -> set[str]:
+    return {suffix for container in CONTAINERS.values() for suffix in container.suffixes}

@@ -1,0 +1,50 @@
+"""What speechlens needs from PyAV (FFmpeg's libraries) beyond decoding and encoding: file names
+as the operating system stores them, and one-line reasons from its errors."""
+
+from __future__ import annotations
+
+import os
+
+import av
+
+#: What PyAV raises for a file FFmpeg cannot open, read, encode or write.
+ERRORS = (av.FFmpegError, OSError, ValueError)
+
+
+def native_path(path: str | os.PathLike) -> str:
+    """The name for every PyAV call. PyAV encodes a str name with the file system's encoding and
+    its surrogate escapes, so a name that is not valid UTF-8 reaches FFmpeg byte for byte; a
+    bytes name it would take for a file object."""
+    return os.fsdecode(path)
+
+
+def reason(error: Exception) -> str:
+    """FFmpeg's reason without the errno and path PyAV adds (the path may be a temporary name
+    that means nothing to users)."""
+    text = getattr(error, "strerror", None)
+    if not text:
+        lines = str(error).strip().splitlines()
+        text = lines[0] if lines else ""
+    return text or type(error).__name__
+
+
+#: The channel layout a file libsndfile read gets in a media file (libsndfile records none).
+_LAYOUTS = {1: "mono", 2: "stereo", 3: "3.0", 4: "quad", 5: "5.0", 6: "5.1", 7: "6.1",
+            8: "7.1"}
+
+
+def layout_for(channels: int) -> str:
+    return _LAYOUTS.get(channels, f"{channels}c")
+
+
+def can_encode(encoder: str, sample_rate: int, layout: str) -> bool:
+    """Whether FFmpeg's `encoder` opens for this rate and layout (Opus takes 8-48 kHz in five
+    steps, MP3 no more than two channels, ALAC no 7.1)."""
+    try:
+        context = av.CodecContext.create(encoder, "w")
+        context.sample_rate, context.layout = sample_rate, layout
+        context.format = context.codec.audio_formats[0]
+        context.open()
+    except ERRORS:
+        return False
+    return True

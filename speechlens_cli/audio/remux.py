@@ -1,0 +1,176 @@
+"""Writing a media file: the enhanced speech track encoded in place of the original one, every
+other stream (video, further audio tracks, subtitles, cover art) copied packet for packet, and
+the container's metadata and chapters kept."""
+
+from __future__ import annotations
+
+import contextlib
+from fractions import Fraction
+
+import av
+import numpy as np
+
+from ..errors import OutputError, SpeechlensError
+from . import media, pyav
+from .containers import CODECS, CONTAINERS
+from .formats import OutputFormat
+from .info import AudioInfo
+
+#: Tags each muxer writes itself: copied, they would name the original file's tools.
+_OWN_TAGS = {"encoder", "duration"}
+
+
+def _tags(metadata: dict[str, str]) -> dict[str, str]:
+    return {key: value for key, value in metadata.items() if key.lower() not in _OWN_TAGS}
+
+
+class MediaSink:
+    """An output media file being written, with soundfile's Sink interface: blocks in order,
+    every failure an OutputError naming `shown`.
+
+    Other streams are copied as the speech advances, up to the time already encoded, so the
+    output is interleaved as a player reads it and memory stays flat in the file's length."""
+
+    def __init__(self, path, info: AudioInfo, output: OutputFormat, shown: str):
+        self.path, self.info, self.output, self.shown = path, info, output, shown
+        self.written = self.clamped = 0
+        self.source = None
+        self.copies: dict[int, av.stream.Stream] = {}
+        try:
+            self.out = av.open(pyav.native_path(path), "w",
+                               format=CONTAINERS[output.format].muxer)
+        except pyav.ERRORS as error:
+            raise self._failure("cannot write there", error) from None
+        try:
+            self._add_streams()
+        except BaseException:
+            self.abandon()
+            raise
+        self.packets = self._other_packets()
+        self.waiting: av.Packet | None = None
+        encoder_format = self.audio.codec_context.format
+        self.integer = encoder_format is not None and encoder_format.name[0] in "su"
+        self.start = round((info.media.start if info.media else 0) * info.sample_rate)
+
+    def _failure(self, what: str, error: Exception) -> OutputError:
+        return OutputError(f"{self.shown}: {what} ({pyav.reason(error)})")
+
+    def _add_streams(self) -> None:
+        """The output's streams in the input's order, the speech track where it was."""
+        track = self.info.media
+        self.track_number = 0  # among the output's audio tracks
+        if track is None:  # audio from a file libsndfile read: the new track alone
+            self.audio = self._add_audio(None)
+            return
+        self.source = av.open(pyav.native_path(track.source))
+        self.track_number = [s.index for s in self.source.streams.audio].index(track.stream_index)
+        for stream in self.source.streams:
+            if stream.index == track.stream_index:
+                self.audio = self._add_audio(stream)
+            elif stream.discard != av.stream.Discard.all:  # the demuxer's own (MP4 chapters)
+                try:
+                    copy = self.out.add_stream_from_template(stream)
+                except pyav.ERRORS as error:
+                    raise self._failure(
+                        f"a {self.output.format} file cannot hold stream {stream.index} "
+                        f"({stream.type}, {getattr(stream.codec_context, 'name', 'data')})",
+                        error) from None
+                self._keep_labels(stream, copy)
+                self.copies[stream.index] = copy
+        self.out.metadata.update(_tags(self.source.metadata))
+        chapters = self.source.chapters()
+        if chapters:
+            self.out.set_chapters(chapters)
+
+    @staticmethod
+    def _keep_labels(original: av.stream.Stream, copy: av.stream.Stream) -> None:
+        copy.metadata.update(_tags(original.metadata))
+        copy.disposition = original.disposition
+
+    def _add_audio(self, original: av.stream.Stream | None) -> av.audio.stream.AudioStream:
+        info, codec = self.info, CODECS[self.output.subtype]
+        layout = info.media.layout if info.media else pyav.layout_for(info.channels)
+        try:
+            stream = self.out.add_stream(codec.encoder, rate=info.sample_rate, layout=layout)
+        except pyav.ERRORS as error:
+            raise self._failure(f"cannot encode {codec.name}", error) from None
+        if self.output.bit_rate:
+            stream.bit_rate = self.output.bit_rate
+        stream.time_base = Fraction(1, info.sample_rate)
+        if original is not None:
+            self._keep_labels(original, stream)
+        return stream
+
+    def _other_packets(self):
+        if not self.copies:
+            return iter(())
+        return self.source.demux(*(self.source.streams[i] for i in self.copies))
+
+    def _copy_until(self, seconds: float | None) -> None:
+        """Copy the other streams' packets that play before `seconds` (all, for None)."""
+        while True:
+            packet = self.waiting or next(self.packets, None)
+            self.waiting = None
+            if packet is None:
+                return
+            if packet.size == 0:  # the demuxer's end-of-stream marker
+                continue
+            stamp = packet.dts if packet.dts is not None else packet.pts
+            if seconds is not None and stamp is not None \
+                    and float(stamp * packet.time_base) > seconds:
+                self.waiting = packet
+                return
+            packet.stream = self.copies[packet.stream.index]
+            self.out.mux(packet)
+
+    def write(self, block: np.ndarray) -> None:
+        if self.integer:
+            over = int(np.count_nonzero(np.abs(block) > 1.0))
+            if over:
+                self.clamped += over
+                block = np.clip(block, -1.0, 1.0)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T, dtype=np.float32),
+                                           format="fltp", layout=self.audio.layout.name)
+        frame.sample_rate = self.info.sample_rate
+        frame.time_base = self.audio.time_base
+        frame.pts = self.start + self.written
+        try:
+            self.out.mux(self.audio.encode(frame))
+            self.written += len(block)
+            self._copy_until((self.start + self.written) / self.info.sample_rate)
+        except pyav.ERRORS as error:
+            raise self._failure("write failed", error) from None
+
+    def abandon(self) -> None:
+        """Close after a failure elsewhere; that failure is the one reported."""
+        for container in (self.out, self.source):
+            with contextlib.suppress(Exception):
+                if container is not None:
+                    container.close()
+
+    def close(self) -> None:
+        """Flush the encoder, copy the rest of the other streams, finish the container."""
+        try:
+            self.out.mux(self.audio.encode(None))
+            self._copy_until(None)
+            self.out.close()
+        except pyav.ERRORS as error:
+            self.abandon()
+            raise self._failure("write failed", error) from None
+        if self.source is not None:
+            self.source.close()
+
+    def verify(self) -> None:
+        """After close: the speech track must decode to what was written, give or take the
+        encoder's padding where the container does not record the length (AAC in Matroska)."""
+        padding = max(self.audio.codec_context.frame_size or 0, 1)
+        try:
+            back = media.probe(self.path, self.shown, self.track_number)
+            # Opus decodes at 48 kHz whatever rate it was encoded from
+            got = round(back.frames * self.info.sample_rate / back.sample_rate)
+        except SpeechlensError:
+            got = -1
+        if not self.written <= got < self.written + padding:
+            raise OutputError(
+                f"{self.shown}: the written file does not read back complete ({max(got, 0)} of "
+                f"{self.written} frames decode): the disk may be full")
