@@ -233,3 +233,19 @@ def test_packed_entry_points_are_the_kernels_on_the_slices():
                                       x_dbl[..., RANK + 16:], D, xz[..., 64:], strict=strict,
                                       dt_proj=(weight, bias))
         assert np.array_equal(np.array(got), np.array(want))
+
+
+def test_the_packed_inputs_are_checked_from_their_shapes():
+    from speechlens_cli.kernels.contract import KernelInputError, validate_conv, validate_packed
+
+    rng = np.random.default_rng(2)
+    xz, x_dbl, u, weight, bias, A_log, D = (mx.array(a) for a in
+                                            _model_tensors(rng, 2, 5, 8, RANK))
+    validate_packed(u, x_dbl, xz, A_log, D, (weight, bias))
+    validate_conv(xz, mx.zeros((8, 4, 1)), mx.zeros((8,)), packed=True)
+    with pytest.raises(KernelInputError, match="x_dbl must be"):
+        validate_packed(u, x_dbl[..., :-1], xz, A_log, D, (weight, bias))
+    with pytest.raises(KernelInputError, match="xz must be"):
+        validate_packed(u, x_dbl, xz[..., :-2], A_log, D, (weight, bias))
+    with pytest.raises(KernelInputError, match="weight must be"):
+        validate_conv(xz, mx.zeros((16, 4, 1)), mx.zeros((16,)), packed=True)

@@ -7,7 +7,13 @@ import os
 import mlx.core as mx
 
 from . import cuda_packed
-from .contract import D_STATE, KernelInputError, validate_conv, validate_scan
+from .contract import (
+    D_STATE,
+    KernelInputError,
+    validate_conv,
+    validate_packed,
+    validate_scan,
+)
 from .cpu_binding import cpu_library, cpu_threads
 from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
 from .fallback import conv1d_fallback, selective_scan_ops
@@ -124,13 +130,12 @@ def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
     """SiLU(causal_conv1d(xz[..., :D])) for a Mamba block's in_proj output xz [B, L, 2D]
     (x, then the gate z), D = weight.shape[0]. On CUDA a kernel compiled once per machine
     reads x in place (cuda_packed); elsewhere this is causal_conv1d on the slice."""
-    x = xz[..., : weight.shape[0]]
     if backend() == "cuda" and not conv_kernel_disabled() and _packed_works(xz, weight, bias):
-        validate_conv(x, weight, bias)
+        validate_conv(xz, weight, bias, packed=True)
         y = cuda_packed.mamba_conv(xz, weight, bias)
         if y is not None:
             return y
-    return causal_conv1d(x, weight, bias, silu=True)
+    return causal_conv1d(xz[..., : weight.shape[0]], weight, bias, silu=True)
 
 
 def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: mx.array,
@@ -140,14 +145,14 @@ def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: m
     dt_proj=(weight [D, R], bias [D]) is applied in the kernel where it can be. On CUDA a kernel
     compiled once per machine reads them in place (cuda_packed)."""
     rank, channels, n = int(dt_proj[0].shape[1]), int(u.shape[2]), D_STATE
-    dt, B, C = x_dbl[..., :rank], x_dbl[..., rank:rank + n], x_dbl[..., rank + n:]
-    z = xz[..., channels:]
     if backend() == "cuda" and rank <= CUDA_MAX_DT_RANK and not cuda_packed.unusable():
-        validate_scan(u, dt, A_log, B, C, D, z, dt_proj)
+        validate_packed(u, x_dbl, xz, A_log, D, dt_proj)
         y = cuda_packed.mamba_scan(u, x_dbl, xz, A_log, D, dt_proj, strict)
         if y is not None:
             return y
-    return selective_scan(u, dt, A_log, B, C, D, z, strict=strict, dt_proj=dt_proj)
+    return selective_scan(u, x_dbl[..., :rank], A_log, x_dbl[..., rank:rank + n],
+                          x_dbl[..., rank + n:], D, xz[..., channels:], strict=strict,
+                          dt_proj=dt_proj)
 
 
 _packed_probed: dict[int, bool] = {}
