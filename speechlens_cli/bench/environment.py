@@ -134,6 +134,8 @@ def environment(peer: dict | None = None) -> dict[str, str]:
                                    f"{' '.join(kernels.CPU_COMPILE_FLAGS)}")
     else:
         env["gpu kernels"] = info.get("gpu_kernels", f"mx.fast.{which}_kernel")
+        if "cuda_compilation" in info:
+            env["cuda kernel compilation"] = info["cuda_compilation"]
     settings = {k: v for k, v in os.environ.items()
                 if k.startswith(("SPEECHLENS_", "OMP_", "OPENBLAS_", "MLX_"))}
     env["environment variables"] = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "-"

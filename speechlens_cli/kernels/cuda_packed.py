@@ -19,8 +19,8 @@ import mlx.core as mx
 from .contract import CONV_WIDTH, D_STATE
 from .gpu import CUDA_SCAN_CHUNK, cuda_scan_threads, threadgroup
 from .notices import warn_once
-from .nvrtc import NvrtcError, cached_cubin
-from .sources import source
+from .nvrtc import NvrtcError, cached_cubin, compute_capability, nvrtc, nvrtc_version
+from .sources import cache_dir, source
 
 #: The runtime dimensions of the batched parts; everything else is a compile-time constant.
 RUNTIME_DIMS = ("B", "L")
@@ -110,6 +110,18 @@ def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, 
         name=name, compiled_source=cubin, inputs=inputs, output_shapes=[out_shape],
         output_dtypes=[mx.float32], scalars=[int(out_shape[0]), int(out_shape[1])],
         grid=(grid, 1, 1), threadgroup=(block, 1, 1), ensure_row_contiguous=True)[0]
+
+
+def describe() -> str:
+    """How the Mamba block's CUDA kernels get compiled here (for benchmark and bug reports)."""
+    lib, arch = nvrtc(), compute_capability()
+    if _unusable or lib is None or arch is None:
+        why = _unusable[0] if _unusable else ("no NVRTC library" if lib is None
+                                               else "no CUDA driver answered")
+        return f"compiled by MLX (mx.fast.cuda_kernel) in every process: {why}"
+    return (f"compiled once per machine by NVRTC {nvrtc_version(lib)} for sm_{arch[0]}{arch[1]}, "
+            f"kept in {cache_dir() / 'cuda-kernels'}, launched with "
+            "mx.fast.precompiled_cuda_kernel on the packed xz / x_dbl tensors")
 
 
 def unusable() -> bool:

@@ -188,4 +188,6 @@ def kernel_info() -> dict[str, str]:
             info["cpu_threads"] = str(cpu_threads())
     else:
         info["gpu_kernels"] = launch_description(which)
+        if which == "cuda":
+            info["cuda_compilation"] = cuda_packed.describe()
     return info
