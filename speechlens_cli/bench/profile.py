@@ -2,7 +2,7 @@
 
 The profiler runs the model's own ``SEMamba.enhance`` with every module of the model (found by
 walking ``model.named_modules()``) and every kernel / waveform function it calls
-(``kernels.causal_conv1d``, ``kernels.selective_scan``, the STFT, the iSTFT, the sweep filter)
+(``kernels.mamba_conv``, ``kernels.mamba_scan``, the STFT, the iSTFT, the sweep filter)
 wrapped for the duration of the run:
 
 * before a component runs, its array inputs are evaluated (that time belongs to the caller);
@@ -137,19 +137,11 @@ def module_label(path: str, module) -> tuple[str, str]:
     return f"{'.'.join(parts)} ({cls})", OTHER
 
 
-def _conv_label(args, kwargs) -> str:
-    return "Mamba causal conv1d kernel" + (" + SiLU" if kwargs.get("silu") else "")
-
-
-def _scan_label(args, kwargs) -> str:
-    fused = " + dt_proj" if kwargs.get("dt_proj") is not None else ""
-    return f"Mamba selective scan kernel (softplus, SiLU(z) gate{fused})"
-
-
 #: (module, attribute, label or label function, group) of the functions the model calls.
 FUNCTIONS = (
-    (kernels, "causal_conv1d", _conv_label, MAMBA),
-    (kernels, "selective_scan", _scan_label, MAMBA),
+    (kernels, "mamba_conv", "Mamba causal conv1d kernel + SiLU", MAMBA),
+    (kernels, "mamba_scan", "Mamba selective scan kernel (softplus, SiLU(z) gate + dt_proj)",
+     MAMBA),
     (nn, "silu", "SiLU (unfused, MLX ops)", MAMBA),
     (semamba, "stft", "STFT (frames, rfft, log1p |X|, atan2)", WAVE),
     (semamba, "istft", "iSTFT (irfft, overlap-add, envelope)", WAVE),
