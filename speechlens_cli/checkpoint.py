@@ -6,19 +6,17 @@ rejected with a typed error before any tensor is allocated or any model is built
 
 from __future__ import annotations
 
-import hashlib
 import json
-import logging
 import math
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
+from . import hub
 from .errors import (
     CheckpointFormatError,
     ChecksumMismatchError,
@@ -27,6 +25,7 @@ from .errors import (
     ModelNotFoundError,
     UsageError,
 )
+from .hub import file_sha256
 from .model.config import ModelConfig
 from .model.layout import expected_shapes, to_mlx_layout
 from .model.semamba import SEMamba
@@ -46,8 +45,6 @@ LICENSE_NOTE = (
 )
 #: Set to 1 to accept NVIDIA's license for scripts (the CLI's --accept-license does the same).
 LICENSE_ENV = "SPEECHLENS_ACCEPT_LICENSE"
-#: Seconds to wait for the hub to answer at all before a download is given up.
-HUB_CONNECT_TIMEOUT_S = 5.0
 _license_accepted = False
 
 _MAX_HEADER_BYTES = 100 * 1024 * 1024
@@ -176,29 +173,8 @@ def _is_nvidias(repo_id: str) -> bool:
     return repo_id.lower() == DEFAULT_REPO.lower()
 
 
-def _check_hub_reachable() -> None:
-    """Fail in seconds, naming the fix, where the hub cannot be reached at all: the client
-    would retry with back-off for about 25 s before giving up."""
-    from urllib.parse import urlsplit
-
-    from huggingface_hub import constants
-
-    address = urlsplit(constants.ENDPOINT)
-    host = address.hostname or "huggingface.co"
-    port = address.port or (443 if address.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ModelNotFoundError(
-            f"the Hugging Face hub ({host}) cannot be reached ({reason}): run `speechlens "
-            "models pull` where it is reachable, or pass a local copy with --model PATH"
-        ) from None
-
-
 def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
     try:  # the hub's own rule: is_repo_id only tells an id's shape from a path's
@@ -210,17 +186,13 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
 
     pinned = repo_id == DEFAULT_REPO
     revision = PINNED_REVISION if pinned else None
+    expected = PINNED_SHA256 if pinned else None
     offline = _offline()
-    # huggingface_hub reads HF_HUB_CACHE once at import; read it per call so it is always honoured.
-    cache_dir = os.environ.get("HF_HUB_CACHE") or None
     paths = {}
     for name in (WEIGHTS_FILE, CONFIG_FILE):
-        try:
-            paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir,
-                                          local_files_only=True)
+        paths[name] = hub.cached(repo_id, name, revision)
+        if paths[name] is not None:
             continue
-        except (LocalEntryNotFoundError, FileNotFoundError, OSError):
-            pass
         if not download or offline:
             raise ModelNotFoundError(
                 f"{repo_id} is not in the Hugging Face cache"
@@ -230,35 +202,15 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
             )
         if _is_nvidias(repo_id) and not license_accepted():
             raise license_required(repo_id)
-        if not paths:
-            _check_hub_reachable()
-        hub_logger = logging.getLogger("huggingface_hub")
-        level = hub_logger.level
-        hub_logger.setLevel(logging.ERROR)  # its retry warnings would break our one-line errors
-        try:
-            paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir)
-        except Exception as error:  # network, auth, missing repo: all one message
-            raise ModelNotFoundError(
-                f"could not download {name} from {repo_id} ({type(error).__name__}): "
-                "check the network or pass a local copy with --model PATH"
-            ) from None
-        finally:
-            hub_logger.setLevel(level)
+        paths[name] = hub.download(repo_id, name, revision,
+                                   sha256=expected if name == WEIGHTS_FILE else None)
     return CheckpointFiles(
         Path(paths[WEIGHTS_FILE]), Path(paths[CONFIG_FILE]),
-        f"{repo_id}@{revision or 'main'}", PINNED_SHA256 if pinned else None,
+        f"{repo_id}@{revision or 'main'}", expected,
     )
 
 
 # --------------------------------------------------------------------------- validation
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
     """Parse and bounds-check a safetensors header; returns the entries and the data offset."""

@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speechlens_cli"
 # Lower numbers are lower layers; a module may import its own layer or any lower one.
 LAYERS = {
     "errors": 0, "blas": 0, "kernels": 0, "results": 0,
-    "model": 1,
+    "model": 1, "hub": 1,
     "checkpoint": 2, "audio": 2, "synthetic": 2,
     "pipeline": 3, "api": 3,
     "cli": 4, "bench": 4, "kernel_bench": 4, "distributed": 4, "__main__": 4, "__init__": 4,
