@@ -16,7 +16,7 @@ from .read import (
     read_info,
 )
 from .sink import Sink
-from .streams import copy_to_stream, detach_stdout, spooled_stdin, write_line
+from .streams import copy_to_stream, detach_stdout, spooled_stdin, stdout_folder, write_line
 from .tree import Skipped, TreeScan, scan_tree
 
 __all__ = [
@@ -24,5 +24,5 @@ __all__ = [
     "atomic_output", "check_channels", "check_finite", "check_subtype_name", "check_writable",
     "copy_to_stream", "detach_stdout", "format_for_suffix", "nearest_existing", "open_reader",
     "output_format", "read_block", "read_info", "same_file", "scan_tree", "spooled_stdin",
-    "write_line",
+    "stdout_folder", "write_line",
 ]
