@@ -7,6 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 
 from ..errors import OutputError, UsageError
@@ -15,6 +16,12 @@ from .libsndfile import native_stderr_silenced
 from .read import AudioInfo
 
 _INTEGER_SUBTYPES = ("ALAC_16", "ALAC_20", "ALAC_24", "ALAC_32")
+#: Containers never written, and why: their probe alone would leave a file behind.
+_NEVER_WRITTEN = {
+    "SD2": "it keeps its header in a second file, ._NAME, outside a Mac, which a copy loses",
+}
+#: Containers without a header: read back with the rate, channels and encoding given.
+_HEADERLESS = ("RAW",)
 #: Suffixes that name a soundfile container besides the format names themselves (".wav", ...).
 _SUFFIX_ALIASES = {".aif": "AIFF", ".oga": "OGG", ".snd": "AU"}
 
@@ -52,6 +59,9 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
         wanted = format_for_suffix(Path(destination).suffix)
         if wanted is not None and wanted != info.format:
             fmt = wanted
+    if fmt in _NEVER_WRITTEN:
+        raise UsageError(f"{destination or 'output'}: {fmt} is not written ("
+                         f"{_NEVER_WRITTEN[fmt]}); write one of {', '.join(writable_suffixes())}")
     if subtype is not None:
         subtype = subtype.upper()
         if not sf.check_format(fmt, subtype) or not _can_write(fmt, subtype, info):
@@ -71,13 +81,37 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
 
 
 def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
+    """One frame written to memory and read back with its rate and channel count: some
+    containers take any rate and keep another (XI: 44.1 kHz; WVE: 8 kHz; HTK rounds 48 kHz)."""
+    memory = io.BytesIO()
     try:
-        with native_stderr_silenced(), sf.SoundFile(io.BytesIO(), "w", info.sample_rate,
-                                                    info.channels, subtype, format=fmt):
-            pass
-    except (*libsndfile.ERRORS, ValueError, TypeError):
+        with native_stderr_silenced():
+            with sf.SoundFile(memory, "w", info.sample_rate, info.channels, subtype,
+                              format=fmt) as probe:
+                probe.write(np.zeros((1, info.channels), np.float32))
+            memory.seek(0)
+            output = OutputFormat(fmt, subtype)
+            with sf.SoundFile(memory, **read_back_params(output, info.sample_rate,
+                                                         info.channels)) as back:
+                return (back.samplerate, back.channels) == (info.sample_rate, info.channels)
+    except (*libsndfile.ERRORS, ValueError, TypeError, RuntimeError):
         return False
-    return True
+
+
+def read_back_params(output: OutputFormat, sample_rate: int, channels: int) -> dict:
+    """What soundfile needs to open a written file: nothing for a container with a header,
+    everything for RAW."""
+    if output.format not in _HEADERLESS:
+        return {}
+    return {"samplerate": sample_rate, "channels": channels, "subtype": output.subtype,
+            "format": output.format}
+
+
+def writable_suffixes() -> list[str]:
+    """The output suffixes speechlens writes (each still subject to the input's rate and
+    channels)."""
+    return sorted(suffix for suffix in audio_suffixes()
+                  if format_for_suffix(suffix) not in _NEVER_WRITTEN)
 
 
 def _shape_note(fmt: str, subtype: str, info: AudioInfo) -> str:
