@@ -6,6 +6,7 @@ rejected with a typed error before any tensor is allocated or any model is built
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -47,7 +48,12 @@ LICENSE_NOTE = (
 LICENSE_ENV = "SPEECHLENS_ACCEPT_LICENSE"
 _license_accepted = False
 
-_MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: A safetensors header is parsed only up to this size: RE-USE's (1,416 tensors) is about 150 KB,
+#: the largest configuration admitted (below) under 1 MB; JSON parsing costs ~25 times the text.
+_MAX_HEADER_BYTES = 4 * 1024 * 1024
+#: Parameters a configuration may have: ten times RE-USE's 9,607,747 (the config limits alone
+#: admitted 3.6e9, 14 GB of float32 before any window).
+MAX_PARAMETERS = 100_000_000
 #: config.json is read whole only up to this size (the official one is a few hundred bytes).
 _MAX_CONFIG_BYTES = 1024 * 1024
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2,
@@ -220,7 +226,11 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
         if len(prefix) < 8:
             raise CheckpointFormatError(f"{path}: not a safetensors file (only {size} bytes)")
         header_len = int.from_bytes(prefix, "little")
-        if header_len > min(size - 8, _MAX_HEADER_BYTES):
+        if size - 8 >= header_len > _MAX_HEADER_BYTES:
+            raise CheckpointFormatError(
+                f"{path}: header claims {header_len} bytes, over the {_MAX_HEADER_BYTES >> 20} MB "
+                "a checkpoint header may have (RE-USE's is about 150 KB): not parsed")
+        if header_len > size - 8:
             raise CheckpointFormatError(
                 f"{path}: not a safetensors file or truncated (header claims {header_len} bytes, "
                 f"file has {size})"
@@ -314,6 +324,26 @@ def _read_config(files: CheckpointFiles) -> ModelConfig:
 def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointReport:
     """Everything `models verify` reports; raises the typed error of the first problem found."""
     files = resolve(spec, download=download)
+    try:
+        return _inspect(files)
+    except OSError as error:  # EIO from a failing disk, a file removed meanwhile
+        raise unreadable(files.weights, error) from None
+
+
+def unreadable(path: Path, error: OSError) -> CheckpointFormatError:
+    """The one line for a checkpoint the operating system fails to read."""
+    return CheckpointFormatError(f"{path}: cannot be read ({error.strerror or error})")
+
+
+def _check_size(cfg: ModelConfig, source: str) -> None:
+    parameters = sum(math.prod(shape) for shape in expected_shapes(cfg).values())
+    if parameters > MAX_PARAMETERS:
+        raise IncompatibleModelError(
+            f"{source}: config.json describes {parameters:,} parameters; speechlens loads at most "
+            f"{MAX_PARAMETERS:,} (RE-USE has 9,607,747)")
+
+
+def _inspect(files: CheckpointFiles) -> CheckpointReport:
     # A pinned file is checksummed first: a download cut short then reads as what it is (with
     # the fix), not as a truncated or malformed safetensors file.
     digest = file_sha256(files.weights) if files.expected_sha256 else None
@@ -324,6 +354,7 @@ def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
             "`speechlens models pull`"
         )
     cfg = _read_config(files)
+    _check_size(cfg, files.source)
     entries, _ = read_header(files.weights)
     check_layout(entries, cfg, files.source)
     digest = digest or file_sha256(files.weights)
@@ -342,7 +373,13 @@ def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=data_start)
+    """Read with read(), not mapped: a failing disk is then an OSError (one line), where a
+    mapped page that cannot be read kills the process (SIGBUS)."""
+    data = np.empty(max((e.end for e in entries.values()), default=0), np.uint8)
+    with open(path, "rb") as handle:
+        handle.seek(data_start)
+        if handle.readinto(memoryview(data)) != len(data):
+            raise OSError(errno.EIO, "the file ended early")
     return {
         name: np.frombuffer(data[e.start:e.end], dtype="<f4").reshape(e.shape)
         for name, e in entries.items()
@@ -352,8 +389,11 @@ def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
 def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) -> SEMamba:
     """Resolve, validate, convert and load a checkpoint into an evaluated SEMamba."""
     report = inspect(spec, download=download)
-    entries, data_start = read_header(report.weights)
-    weights = sanitize(_read_tensors(report.weights, entries, data_start))
+    try:
+        entries, data_start = read_header(report.weights)
+        weights = sanitize(_read_tensors(report.weights, entries, data_start))
+    except OSError as error:
+        raise unreadable(report.weights, error) from None
     for name, value in weights.items():
         if not np.isfinite(value).all():
             raise IncompatibleModelError(f"{report.source}: tensor {name} has NaN or Inf values")

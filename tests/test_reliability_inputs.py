@@ -569,3 +569,54 @@ def test_endless_non_audio_on_stdin_is_refused_at_once(tmp_path, tiny_checkpoint
         one_error_line(stderr.decode())
     assert sent < 16 * 2 ** 20, sent
     assert list(spool.iterdir()) == [] and not (tmp_path / "out.wav").exists()
+
+
+# ------------------------------------------------------------------------------ window memory
+
+@pytest.mark.parametrize("seconds", [1, 2])
+def test_the_window_estimate_bounds_what_mlx_takes(tiny_checkpoint, seconds):
+    """pipeline.window_bytes against MLX's own peak for one window of the tiny model (weights
+    included): never below it, and not so far above that it refuses what would fit."""
+    import mlx.core as mx
+
+    from speechlens_cli import checkpoint, pipeline
+
+    model = checkpoint.load_model(tiny_checkpoint)
+    signal = mx.array(noisy_speech(RATE, seconds)[None])
+    mx.eval(model.enhance(signal, RATE))   # kernels compiled, buffers made once
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    mx.eval(model.enhance(signal, RATE))
+    peak = mx.get_peak_memory()
+    estimate = pipeline.window_bytes(model.config, seconds * RATE, RATE)
+    assert peak <= estimate <= 4 * peak, (peak, estimate)
+
+
+@pytest.mark.parametrize("through", ["cli", "api"])
+def test_a_window_the_machine_cannot_hold_is_refused_before_mlx_allocates(
+        tmp_path, tiny_checkpoint, through, monkeypatch):
+    """With 64 MiB available (injected: the estimate's input), one line naming the window and
+    suggesting shorter ones, exit 1, nothing written; the model never ran (the CPU backend
+    dies of an allocation it cannot make: SIGSEGV, exit 139, the temporary left)."""
+    from speechlens_cli import checkpoint, pipeline
+    from speechlens_cli.errors import EnhancementError
+    from speechlens_cli.model.semamba import SEMamba
+
+    monkeypatch.setattr(pipeline, "available_bytes", lambda: 64 << 20)
+    ran = []
+    monkeypatch.setattr(SEMamba, "enhance", lambda *a, **k: ran.append(a))
+    source = make_audio(tmp_path / "a.wav", frames=5 * RATE)
+    config = checkpoint.load_model(tiny_checkpoint).config
+    need = f"needs about {pipeline.window_bytes(config, 5 * RATE, RATE) / 2**20:.0f} MiB"
+    if through == "api":
+        with pytest.raises(EnhancementError, match=need) as refused:
+            api.enhance(sf.read(str(source))[0], RATE, model=str(tiny_checkpoint))
+        assert "shorter windows" in str(refused.value)
+    else:
+        result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+        assert result.exit_code == 1, result.output
+        line = one_error_line(result.stderr)
+        assert f"a window of 5 s at 8000 Hz {need} with this model, and 64 MiB is " in line, line
+        assert "use shorter windows (--chunk-seconds)" in line, line
+        assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+    assert ran == []
