@@ -30,6 +30,7 @@ from .pipeline import (
     Geometry,
     ProgressFn,
     check_settings,
+    check_window_memory,
     enhance_stream,
 )
 from .results import FileResult, Status
@@ -106,6 +107,7 @@ def enhance(
     audio_io.check_finite(array, "audio")
     net = get_model(model)
     check_length(net, frames, int(sample_rate), "audio is")
+    check_window_memory(net.config, frames, int(sample_rate), "audio")
     as_channels = array.reshape(frames, -1).astype(np.float32)
     out = enhance_channels(net, as_channels, int(sample_rate), strict)
     if not np.isfinite(out).all():
@@ -185,6 +187,7 @@ def run_plan(
     rate = plan.info.sample_rate
     check_length(model, plan.info.frames, rate, f"{plan.name}:")
     geometry = Geometry.from_seconds(chunk_seconds, overlap, rate)
+    check_window_memory(model.config, min(geometry.chunk, plan.info.frames), rate, plan.name)
     started = time.perf_counter()
     plan.destination.parent.mkdir(parents=True, exist_ok=True)
     with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:

@@ -6,19 +6,18 @@ rejected with a typed error before any tensor is allocated or any model is built
 
 from __future__ import annotations
 
-import hashlib
+import errno
 import json
-import logging
 import math
 import os
 import re
-import socket
 from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
 import numpy as np
 
+from . import hub
 from .errors import (
     CheckpointFormatError,
     ChecksumMismatchError,
@@ -27,6 +26,7 @@ from .errors import (
     ModelNotFoundError,
     UsageError,
 )
+from .hub import file_sha256
 from .model.config import ModelConfig
 from .model.layout import expected_shapes, to_mlx_layout
 from .model.semamba import SEMamba
@@ -46,11 +46,14 @@ LICENSE_NOTE = (
 )
 #: Set to 1 to accept NVIDIA's license for scripts (the CLI's --accept-license does the same).
 LICENSE_ENV = "SPEECHLENS_ACCEPT_LICENSE"
-#: Seconds to wait for the hub to answer at all before a download is given up.
-HUB_CONNECT_TIMEOUT_S = 5.0
 _license_accepted = False
 
-_MAX_HEADER_BYTES = 100 * 1024 * 1024
+#: A safetensors header is parsed only up to this size: RE-USE's (1,416 tensors) is about 150 KB,
+#: the largest configuration admitted (below) under 1 MB; JSON parsing costs ~25 times the text.
+_MAX_HEADER_BYTES = 4 * 1024 * 1024
+#: Parameters a configuration may have: ten times RE-USE's 9,607,747 (the config limits alone
+#: admitted 3.6e9, 14 GB of float32 before any window).
+MAX_PARAMETERS = 100_000_000
 #: config.json is read whole only up to this size (the official one is a few hundred bytes).
 _MAX_CONFIG_BYTES = 1024 * 1024
 _DTYPE_BYTES = {"F32": 4, "F16": 2, "BF16": 2, "F64": 8, "I64": 8, "I32": 4, "I16": 2,
@@ -176,29 +179,8 @@ def _is_nvidias(repo_id: str) -> bool:
     return repo_id.lower() == DEFAULT_REPO.lower()
 
 
-def _check_hub_reachable() -> None:
-    """Fail in seconds, naming the fix, where the hub cannot be reached at all: the client
-    would retry with back-off for about 25 s before giving up."""
-    from urllib.parse import urlsplit
-
-    from huggingface_hub import constants
-
-    address = urlsplit(constants.ENDPOINT)
-    host = address.hostname or "huggingface.co"
-    port = address.port or (443 if address.scheme == "https" else 80)
-    try:
-        socket.create_connection((host, port), timeout=HUB_CONNECT_TIMEOUT_S).close()
-    except OSError as error:
-        reason = error.strerror or type(error).__name__
-        raise ModelNotFoundError(
-            f"the Hugging Face hub ({host}) cannot be reached ({reason}): run `speechlens "
-            "models pull` where it is reachable, or pass a local copy with --model PATH"
-        ) from None
-
-
 def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
-    from huggingface_hub import hf_hub_download
-    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+    from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 
     try:  # the hub's own rule: is_repo_id only tells an id's shape from a path's
@@ -210,17 +192,13 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
 
     pinned = repo_id == DEFAULT_REPO
     revision = PINNED_REVISION if pinned else None
+    expected = PINNED_SHA256 if pinned else None
     offline = _offline()
-    # huggingface_hub reads HF_HUB_CACHE once at import; read it per call so it is always honoured.
-    cache_dir = os.environ.get("HF_HUB_CACHE") or None
     paths = {}
     for name in (WEIGHTS_FILE, CONFIG_FILE):
-        try:
-            paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir,
-                                          local_files_only=True)
+        paths[name] = hub.cached(repo_id, name, revision)
+        if paths[name] is not None:
             continue
-        except (LocalEntryNotFoundError, FileNotFoundError, OSError):
-            pass
         if not download or offline:
             raise ModelNotFoundError(
                 f"{repo_id} is not in the Hugging Face cache"
@@ -230,35 +208,15 @@ def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
             )
         if _is_nvidias(repo_id) and not license_accepted():
             raise license_required(repo_id)
-        if not paths:
-            _check_hub_reachable()
-        hub_logger = logging.getLogger("huggingface_hub")
-        level = hub_logger.level
-        hub_logger.setLevel(logging.ERROR)  # its retry warnings would break our one-line errors
-        try:
-            paths[name] = hf_hub_download(repo_id, name, revision=revision, cache_dir=cache_dir)
-        except Exception as error:  # network, auth, missing repo: all one message
-            raise ModelNotFoundError(
-                f"could not download {name} from {repo_id} ({type(error).__name__}): "
-                "check the network or pass a local copy with --model PATH"
-            ) from None
-        finally:
-            hub_logger.setLevel(level)
+        paths[name] = hub.download(repo_id, name, revision,
+                                   sha256=expected if name == WEIGHTS_FILE else None)
     return CheckpointFiles(
         Path(paths[WEIGHTS_FILE]), Path(paths[CONFIG_FILE]),
-        f"{repo_id}@{revision or 'main'}", PINNED_SHA256 if pinned else None,
+        f"{repo_id}@{revision or 'main'}", expected,
     )
 
 
 # --------------------------------------------------------------------------- validation
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
 
 def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
     """Parse and bounds-check a safetensors header; returns the entries and the data offset."""
@@ -268,7 +226,11 @@ def read_header(path: Path) -> tuple[dict[str, TensorEntry], int]:
         if len(prefix) < 8:
             raise CheckpointFormatError(f"{path}: not a safetensors file (only {size} bytes)")
         header_len = int.from_bytes(prefix, "little")
-        if header_len > min(size - 8, _MAX_HEADER_BYTES):
+        if size - 8 >= header_len > _MAX_HEADER_BYTES:
+            raise CheckpointFormatError(
+                f"{path}: header claims {header_len} bytes, over the {_MAX_HEADER_BYTES >> 20} MB "
+                "a checkpoint header may have (RE-USE's is about 150 KB): not parsed")
+        if header_len > size - 8:
             raise CheckpointFormatError(
                 f"{path}: not a safetensors file or truncated (header claims {header_len} bytes, "
                 f"file has {size})"
@@ -362,6 +324,26 @@ def _read_config(files: CheckpointFiles) -> ModelConfig:
 def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointReport:
     """Everything `models verify` reports; raises the typed error of the first problem found."""
     files = resolve(spec, download=download)
+    try:
+        return _inspect(files)
+    except OSError as error:  # EIO from a failing disk, a file removed meanwhile
+        raise unreadable(files.weights, error) from None
+
+
+def unreadable(path: Path, error: OSError) -> CheckpointFormatError:
+    """The one line for a checkpoint the operating system fails to read."""
+    return CheckpointFormatError(f"{path}: cannot be read ({error.strerror or error})")
+
+
+def _check_size(cfg: ModelConfig, source: str) -> None:
+    parameters = sum(math.prod(shape) for shape in expected_shapes(cfg).values())
+    if parameters > MAX_PARAMETERS:
+        raise IncompatibleModelError(
+            f"{source}: config.json describes {parameters:,} parameters; speechlens loads at most "
+            f"{MAX_PARAMETERS:,} (RE-USE has 9,607,747)")
+
+
+def _inspect(files: CheckpointFiles) -> CheckpointReport:
     # A pinned file is checksummed first: a download cut short then reads as what it is (with
     # the fix), not as a truncated or malformed safetensors file.
     digest = file_sha256(files.weights) if files.expected_sha256 else None
@@ -372,6 +354,7 @@ def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
             "`speechlens models pull`"
         )
     cfg = _read_config(files)
+    _check_size(cfg, files.source)
     entries, _ = read_header(files.weights)
     check_layout(entries, cfg, files.source)
     digest = digest or file_sha256(files.weights)
@@ -390,7 +373,13 @@ def sanitize(weights: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
-    data = np.memmap(path, dtype=np.uint8, mode="r", offset=data_start)
+    """Read with read(), not mapped: a failing disk is then an OSError (one line), where a
+    mapped page that cannot be read kills the process (SIGBUS)."""
+    data = np.empty(max((e.end for e in entries.values()), default=0), np.uint8)
+    with open(path, "rb") as handle:
+        handle.seek(data_start)
+        if handle.readinto(memoryview(data)) != len(data):
+            raise OSError(errno.EIO, "the file ended early")
     return {
         name: np.frombuffer(data[e.start:e.end], dtype="<f4").reshape(e.shape)
         for name, e in entries.items()
@@ -400,8 +389,11 @@ def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
 def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) -> SEMamba:
     """Resolve, validate, convert and load a checkpoint into an evaluated SEMamba."""
     report = inspect(spec, download=download)
-    entries, data_start = read_header(report.weights)
-    weights = sanitize(_read_tensors(report.weights, entries, data_start))
+    try:
+        entries, data_start = read_header(report.weights)
+        weights = sanitize(_read_tensors(report.weights, entries, data_start))
+    except OSError as error:
+        raise unreadable(report.weights, error) from None
     for name, value in weights.items():
         if not np.isfinite(value).all():
             raise IncompatibleModelError(f"{report.source}: tensor {name} has NaN or Inf values")

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,8 @@ import mlx.core as mx
 import numpy as np
 
 from .audio import AudioInfo, OutputFormat, open_reader, open_sink, read_block
-from .errors import AudioInputError, UsageError
+from .errors import AudioInputError, EnhancementError, UsageError
+from .model.config import ModelConfig
 
 DEFAULT_CHUNK_SECONDS = 5.0
 CHUNK_SECONDS_RANGE = (5.0, 30.0)
@@ -31,6 +33,12 @@ DEVICES = ("auto", "gpu", "cpu")
 DEFAULT_DEVICE = "auto"
 #: Freed MLX buffers kept for reuse. Windows all have one length, so a small pool is enough.
 CACHE_LIMIT_BYTES = 256 * 1024 * 1024
+
+#: What a window costs while the model runs: MLX's peak (CPU, mx.get_peak_memory) grew by 4.8 to
+#: 6.2 times frames x bins x channels x 4 bytes above about 80 MiB (tiny and full-size configs,
+#: 0.5-2 s at 8 and 16 kHz); 8 times and 128 MiB leave room.
+_BYTES_PER_CELL = 8 * 4
+_FIXED_BYTES = 128 << 20
 
 WindowFn = Callable[[np.ndarray], np.ndarray]
 ProgressFn = Callable[[int], None]
@@ -76,6 +84,49 @@ def check_settings(chunk_seconds: float, overlap: float) -> None:
     low, high = OVERLAP_RANGE
     if not low <= overlap <= high:
         raise UsageError(f"overlap {overlap:g} is outside {low:g}-{high:g} of the window")
+
+
+def window_bytes(cfg: ModelConfig, samples: int, sample_rate: int) -> int:
+    """About the most memory the model takes for one channel of a window of `samples`."""
+    stft = cfg.stft_params(sample_rate)
+    frames = samples // stft.hop + 1
+    return _FIXED_BYTES + _BYTES_PER_CELL * frames * stft.n_bins * cfg.hid_feature
+
+
+def available_bytes() -> int | None:
+    """Memory this process may still take: the least of the system's available memory and a
+    container's (cgroup v2) remaining limit; None where neither can be read."""
+    found = []
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open("/proc/meminfo") as meminfo:
+            line = next(line for line in meminfo if line.startswith("MemAvailable:"))
+        found.append(int(line.split()[1]) * 1024)
+    with contextlib.suppress(OSError, ValueError):
+        with open("/sys/fs/cgroup/memory.max") as limit, \
+                open("/sys/fs/cgroup/memory.current") as used:
+            found.append(int(limit.read()) - int(used.read()))   # "max": no limit, ValueError
+    if not found:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+    return min(found) if found else None
+
+
+def check_window_memory(cfg: ModelConfig, samples: int, sample_rate: int, name: str) -> None:
+    """Refuse, before MLX allocates, a window the machine cannot hold: the CPU backend does not
+    fail an allocation, it dies of it (SIGSEGV, exit 139, the temporary output left). The
+    check applies where the model runs in host memory (the CPU, Apple's unified memory)."""
+    if mx.default_device() != mx.cpu and not mx.metal.is_available():
+        return
+    need, have = window_bytes(cfg, samples, sample_rate), available_bytes()
+    if have is not None and need > have:
+        raise EnhancementError(
+            f"{name}: a window of {samples / sample_rate:g} s at {sample_rate} Hz needs about "
+            f"{_size(need)} with this model, and {_size(max(have, 0))} is available: use "
+            "shorter windows (--chunk-seconds) or free memory")
+
+
+def _size(count: int) -> str:
+    return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
 def crossfade_weights(length: int) -> tuple[np.ndarray, np.ndarray]:

@@ -158,6 +158,7 @@ KINDS = {
     "test_reliability_inputs": "inputs tried",
     "test_reliability_checkpoints": "faults injected",
     "test_reliability_filesystem": "faults injected",
+    "test_reliability_download": "faults injected",
     "test_reliability_interrupts": "interruptions survived",
     "test_reliability_determinism": "determinism runs",
 }

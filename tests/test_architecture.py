@@ -18,7 +18,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speechlens_cli"
 # Lower numbers are lower layers; a module may import its own layer or any lower one.
 LAYERS = {
     "errors": 0, "blas": 0, "kernels": 0, "results": 0,
-    "model": 1,
+    "model": 1, "hub": 1,
     "checkpoint": 2, "audio": 2, "synthetic": 2,
     "pipeline": 3, "api": 3,
     "cli": 4, "bench": 4, "kernel_bench": 4, "distributed": 4, "__main__": 4, "__init__": 4,
@@ -29,7 +29,7 @@ SUBLAYERS = {
     "kernels": {"build": 0, "notices": 0, "contract": 0, "sources": 1, "fallback": 1,
                 "compiler": 2, "nvrtc": 2, "gpu": 2, "cuda_packed": 3, "cpu_binding": 3,
                 "cpu_ops": 4, "dispatch": 5, "__init__": 6},
-    "audio": {"libsndfile": 0, "pyav": 0, "containers": 0, "info": 0, "outputs": 0,
+    "audio": {"libsndfile": 0, "owners": 0, "pyav": 0, "containers": 0, "info": 0, "outputs": 0,
               "streams": 0, "media": 1, "formats": 1, "read": 2, "sink": 2, "tree": 3,
               "remux": 3, "writers": 4, "__init__": 5},
     "model": {"config": 0, "stft": 0, "scheduling": 0, "layers": 1, "mamba": 2, "codec": 2,

@@ -191,13 +191,23 @@ def test_plan_is_largest_first_onto_the_least_loaded_ties_by_path():
     ({"MLX_RANK": "0", "NCCL_HOST_IP": "10.0.0.1", "NCCL_PORT": "1", "MLX_WORLD_SIZE": "2"},
      "nccl"),
     ({"MLX_RANK": "0", "MLX_IBV_DEVICES": "x.json"}, "jaccl"),
-    ({"OMPI_COMM_WORLD_SIZE": "4"}, "mpi"),
-    ({"OMPI_COMM_WORLD_SIZE": "1"}, None),
+    ({"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "3"}, "mpi"),
+    ({"PMI_SIZE": "2", "PMI_RANK": "0"}, "mpi"),
+    ({"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"}, None),
+    # a launcher's variable without the rest of its set: left over, not a group
+    ({"OMPI_COMM_WORLD_SIZE": "4"}, None),
+    ({"PMI_SIZE": "4"}, None),
+    ({"PMI_SIZE": "4", "PMI_RANK": "4"}, None),
+    ({"MLX_RANK": "2", "MLX_HOSTFILE": "HOSTFILE"}, None),
+    ({"MLX_RANK": "0", "MLX_HOSTFILE": "MISSING"}, None),
+    ({"MLX_RANK": "x", "NCCL_HOST_IP": "10.0.0.1", "MLX_WORLD_SIZE": "2"},
+     None),
 ])
 def test_launcher_environment_names_the_backend(tmp_path, env, expected):
     (tmp_path / "hosts.json").write_text('[["127.0.0.1:5000"], ["127.0.0.1:5001"]]')
     (tmp_path / "blank.json").write_text("\n")
-    paths = {"HOSTFILE": str(tmp_path / "hosts.json"), "BLANK": str(tmp_path / "blank.json")}
+    paths = {"HOSTFILE": str(tmp_path / "hosts.json"), "BLANK": str(tmp_path / "blank.json"),
+             "MISSING": str(tmp_path / "missing.json")}
     assert distributed.launched_backend({k: paths.get(v, v) for k, v in env.items()}) == expected
 
 

@@ -9,7 +9,9 @@ one "error:" line, exit 1, no output and no temporary file, the input untouched.
 
 from __future__ import annotations
 
+import builtins
 import errno
+import io
 import json
 import os
 import shutil
@@ -21,7 +23,7 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from speechlens_cli import checkpoint
+from speechlens_cli import checkpoint, hub
 from speechlens_cli.errors import CheckpointFormatError
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, make_weights
 from tests.reliability import (
@@ -120,6 +122,8 @@ CHECKPOINT_FAULTS: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
     "header-claims-2^62-bytes": (_copy_then(_header(2**62, b"{}")),
                                  "header claims 4611686018427387904"),
     "header-claims-99MB": (_copy_then(_header(99 * 2**20, b"{}")), "header claims 103809024"),
+    "header-8MB-of-padding": (_copy_then(_header(8 * 2**20, b"{}" + b" " * (8 * 2**20 - 2))),
+                              "header claims 8388608 bytes, over the 4 MB"),
     "header-not-json": (_copy_then(_header(16, b"\xff" * 16)), "header is not JSON"),
     "header-nested-100000-deep": (_copy_then(_header(len(_DEEP), _DEEP)), "header JSON is absurd"),
     "header-5000-digit-number": (_copy_then(_header(5002, b"[" + b"9" * 5000 + b"]")),
@@ -142,6 +146,9 @@ CHECKPOINT_FAULTS: dict[str, tuple[Callable[[Path, Path], Path], str]] = {
                            "num_tfmamba=1000000000 is outside the supported range"),
     "config-10^12-channels": (_saved(config=_config(hid_feature=10**12)),
                               "hid_feature=1000000000000 is outside"),
+    "config-3.6e9-parameters": (_saved(config=_config(num_tfmamba=64, hid_feature=512,
+                                                      expand=16)),
+                                "describes 3,619,138,051 parameters; speechlens loads at most"),
     "config-negative-state": (_saved(config=_config(d_state=-16)), "d_state=-16"),
     "config-epsilon-a-string": (_saved(config=_config(norm_epsilon="tiny")),
                                 "norm_epsilon must be a number in (0, 1], got 'tiny'"),
@@ -196,6 +203,50 @@ def test_a_header_claiming_99MB_is_refused_before_allocating(tmp_path):
     finally:
         tracemalloc.stop()
     assert peak < 2**20, peak
+
+
+class _FailingDisk(io.FileIO):
+    """A file whose reads fail with EIO from byte `fails_at` on, as a failing disk's do."""
+
+    fails_at = 0
+
+    def _check(self, wanted: int) -> None:
+        if self.tell() + max(wanted, 1) > self.fails_at:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    def read(self, size=-1):
+        self._check(size if size and size > 0 else 1)
+        return super().read(size)
+
+    def readinto(self, buffer):
+        self._check(len(buffer))
+        return super().readinto(buffer)
+
+
+@pytest.mark.parametrize("where", ["header", "tensors"])
+def test_a_checkpoint_the_disk_fails_to_read_is_one_line(tmp_path, tiny_checkpoint, where,
+                                                         monkeypatch):
+    """EIO reading the weights, in the header or in the tensor data: one line naming the file
+    and the reason, exit 1 (a traceback before; a mapped read would have been SIGBUS)."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_checkpoint, model)
+    weights = model / "model.safetensors"
+    header = 8 + int.from_bytes(weights.read_bytes()[:8], "little")
+    failing = type("Failing", (_FailingDisk,), {"fails_at": 0 if where == "header" else header})
+    real_open = builtins.open
+
+    def open_failing(file, mode="r", *args, **kwargs):
+        if str(file) == str(weights) and "b" in mode and "r" in mode:
+            return io.BufferedReader(failing(file, "rb"))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", open_failing)
+    result = invoke("enhance", make_audio(tmp_path / "a.wav"), tmp_path / "out.wav",
+                    "--model", model)
+    assert result.exit_code == 1, result.output
+    line = one_error_line(result.stderr)
+    assert f"{weights}: cannot be read (Input/output error)" in line, line
+    assert not (tmp_path / "out.wav").exists()
 
 
 # ------------------------------------------------------------------------------ the cache
@@ -355,6 +406,6 @@ def test_the_license_comes_before_any_download_and_an_unreachable_hub_fails_fast
     started = time.monotonic()
     with pytest.raises(ModelNotFoundError) as unreachable:
         checkpoint.resolve()
-    assert time.monotonic() - started < 3 * checkpoint.HUB_CONNECT_TIMEOUT_S
+    assert time.monotonic() - started < 3 * hub.HUB_TIMEOUT_S
     assert "hub (127.0.0.1) cannot be reached" in str(unreachable.value)
     assert "speechlens models pull" in str(unreachable.value)

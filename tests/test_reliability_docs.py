@@ -8,6 +8,7 @@ import re
 
 from tests import reliability
 from tests.test_reliability_checkpoints import CHECKPOINT_FAULTS
+from tests.test_reliability_download import HUB_FAULTS
 from tests.test_reliability_inputs import API_CASES, INPUT_CASES
 
 DOC = reliability.REPO / "docs" / "reliability.md"
@@ -29,6 +30,6 @@ def test_every_test_is_listed_with_its_count():
 def test_every_table_case_is_described():
     text = DOC.read_text()
     listed = set(re.findall(r"^\| `([^`]+)` \|", text, flags=re.MULTILINE))
-    missing = [name for name in (*INPUT_CASES, *API_CASES, *CHECKPOINT_FAULTS)
+    missing = [name for name in (*INPUT_CASES, *API_CASES, *CHECKPOINT_FAULTS, *HUB_FAULTS)
                if name not in listed and f"`{name}`" not in text]
     assert not missing, missing

@@ -395,8 +395,9 @@ def test_a_dangling_link_at_the_destination_is_named_as_such(tmp_path, tiny_chec
 @pytest.mark.parametrize("stem", ["a" * 250, "é" * 125, "語" * 83],
                          ids=["ascii", "2-byte", "3-byte"])
 def test_an_output_name_at_the_length_limit_is_written(tmp_path, tiny_checkpoint, stem):
-    """Names of 251-254 bytes (the limit is 255): the hidden temporary name, 21 bytes longer,
-    is cut to fit (it used to fail as "not writable (File name too long)")."""
+    """Names of 251-254 bytes (the limit is 255): the hidden temporary name, up to 32 bytes
+    longer (its owner's pid and machine tag included), is cut to fit (it used to fail as
+    "not writable (File name too long)")."""
     target = tmp_path / f"{stem}.wav"
     assert len(os.fsencode(target.name)) <= 255
     source = make_audio(tmp_path / "a.wav")
@@ -404,6 +405,49 @@ def test_an_output_name_at_the_length_limit_is_written(tmp_path, tiny_checkpoint
     assert result.exit_code == 0, result.output
     assert sf.info(str(target)).frames == sf.info(str(source)).frames
     assert not leftovers(tmp_path)
+
+
+#: output suffix -> (input rate, exit code, text of the one error line; None: written)
+OUTPUT_CONTAINERS = {
+    "sd2": (8000, 2, "out.sd2: SD2 is not written (it keeps its header in a second file"),
+    "raw": (8000, 0, None),
+    "xi": (8000, 1, "a XI file cannot hold 1 channel(s) at 8000 Hz"),
+    "wve-16kHz": (16000, 1, "a WVE file cannot hold 1 channel(s) at 16000 Hz"),
+    "htk-48kHz": (48000, 1, "a HTK file cannot hold 1 channel(s) at 48000 Hz"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(OUTPUT_CONTAINERS))
+def test_every_output_container_is_written_whole_or_refused(tmp_path, tiny_checkpoint, case,
+                                                           monkeypatch):
+    """Containers that cannot hold the output as one file with the input's rate are refused in
+    one line before anything is written: SD2 (a usage error listing what is written), XI
+    (always 44.1 kHz), WVE (always 8 kHz), HTK (48 kHz read back as 48,076 Hz). RAW is written,
+    headerless: exactly the input's frames as PCM_16. Nothing appears in the working folder
+    (SD2's in-memory probe used to leave a `._` file there)."""
+    rate, code, text = OUTPUT_CONTAINERS[case]
+    monkeypatch.chdir(tmp_path)
+    source = make_audio(tmp_path / "in" / "a.wav", frames=rate // 2, rate=rate)
+    target = tmp_path / "out" / f"out.{case.split('-')[0]}"
+    target.parent.mkdir()
+    result = invoke("enhance", source, target, "--model", tiny_checkpoint)
+    assert result.exit_code == code, result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in", "out"]
+    assert not leftovers(tmp_path)
+    if text is not None:
+        line = one_error_line(result.stderr)
+        assert text in line, line
+        if code == 2:
+            written = line.partition("write one of ")[2].split(", ")
+            assert {".wav", ".flac", ".raw"} <= set(written) and ".sd2" not in written, line
+        assert list(target.parent.iterdir()) == []
+        return
+    assert [p.name for p in target.parent.iterdir()] == [target.name]
+    frames = len(sf.read(str(source))[0])
+    assert target.stat().st_size == 2 * frames
+    written = sf.read(str(target), samplerate=rate, channels=1, subtype="PCM_16",
+                      format="RAW")[0]
+    assert len(written) == frames and abs(written).max() > 0
 
 
 class _Trickle(io.RawIOBase):

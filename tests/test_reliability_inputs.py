@@ -20,6 +20,7 @@ import struct
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from tests.reliability import (
     leftovers,
     make_audio,
     one_error_line,
+    run_child,
     wav_bytes,
 )
 
@@ -569,3 +571,98 @@ def test_endless_non_audio_on_stdin_is_refused_at_once(tmp_path, tiny_checkpoint
         one_error_line(stderr.decode())
     assert sent < 16 * 2 ** 20, sent
     assert list(spool.iterdir()) == [] and not (tmp_path / "out.wav").exists()
+
+
+# ------------------------------------------------------------------------------ window memory
+
+@pytest.mark.parametrize("seconds", [1, 2])
+def test_the_window_estimate_bounds_what_mlx_takes(tiny_checkpoint, seconds):
+    """pipeline.window_bytes against MLX's own peak for one window of the tiny model (weights
+    included): never below it, and not so far above that it refuses what would fit."""
+    import mlx.core as mx
+
+    from speechlens_cli import checkpoint, pipeline
+
+    model = checkpoint.load_model(tiny_checkpoint)
+    signal = mx.array(noisy_speech(RATE, seconds)[None])
+    mx.eval(model.enhance(signal, RATE))   # kernels compiled, buffers made once
+    mx.clear_cache()
+    mx.reset_peak_memory()
+    mx.eval(model.enhance(signal, RATE))
+    peak = mx.get_peak_memory()
+    estimate = pipeline.window_bytes(model.config, seconds * RATE, RATE)
+    assert peak <= estimate <= 4 * peak, (peak, estimate)
+
+
+@pytest.mark.parametrize("through", ["cli", "api"])
+def test_a_window_the_machine_cannot_hold_is_refused_before_mlx_allocates(
+        tmp_path, tiny_checkpoint, through, monkeypatch):
+    """With 64 MiB available (injected: the estimate's input), one line naming the window and
+    suggesting shorter ones, exit 1, nothing written; the model never ran (the CPU backend
+    dies of an allocation it cannot make: SIGSEGV, exit 139, the temporary left)."""
+    from speechlens_cli import checkpoint, pipeline
+    from speechlens_cli.errors import EnhancementError
+    from speechlens_cli.model.semamba import SEMamba
+
+    monkeypatch.setattr(pipeline, "available_bytes", lambda: 64 << 20)
+    ran = []
+    monkeypatch.setattr(SEMamba, "enhance", lambda *a, **k: ran.append(a))
+    source = make_audio(tmp_path / "a.wav", frames=5 * RATE)
+    config = checkpoint.load_model(tiny_checkpoint).config
+    need = f"needs about {pipeline.window_bytes(config, 5 * RATE, RATE) / 2**20:.0f} MiB"
+    if through == "api":
+        with pytest.raises(EnhancementError, match=need) as refused:
+            api.enhance(sf.read(str(source))[0], RATE, model=str(tiny_checkpoint))
+        assert "shorter windows" in str(refused.value)
+    else:
+        result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+        assert result.exit_code == 1, result.output
+        line = one_error_line(result.stderr)
+        assert f"a window of 5 s at 8000 Hz {need} with this model, and 64 MiB is " in line, line
+        assert "use shorter windows (--chunk-seconds)" in line, line
+        assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+    assert ran == []
+
+
+# ------------------------------------------------------------------------------ launcher leftovers
+
+#: name -> launcher variables left in the environment ("HOSTFILE": two hosts, nobody there)
+LEFTOVER_LAUNCHER_VARIABLES = {
+    "PMI_SIZE-alone": {"PMI_SIZE": "4"},
+    "OMPI_COMM_WORLD_SIZE-alone": {"OMPI_COMM_WORLD_SIZE": "4"},
+    "MLX_RANK-beyond-the-hostfile": {"MLX_RANK": "2", "MLX_HOSTFILE": "HOSTFILE"},
+    "MLX_RANK-with-a-missing-hostfile": {"MLX_RANK": "0", "MLX_HOSTFILE": "MISSING"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEFTOVER_LAUNCHER_VARIABLES))
+def test_leftover_launcher_variables_do_not_stop_a_single_run(tmp_path, tiny_checkpoint, name):
+    """A launcher's variable without the rest of its consistent set is a leftover: the run goes
+    ahead alone (PMI_SIZE alone used to refuse to run)."""
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text('[["127.0.0.1:1"], ["127.0.0.1:2"]]')
+    paths = {"HOSTFILE": str(hostfile), "MISSING": str(tmp_path / "missing.json")}
+    env = {key: paths.get(value, value) for key, value in
+           LEFTOVER_LAUNCHER_VARIABLES[name].items()}
+    result = invoke("enhance", make_audio(tmp_path / "a.wav"), tmp_path / "out.wav",
+                    "--model", tiny_checkpoint, env=env)
+    assert result.exit_code == 0, result.output
+    audit_outputs(tmp_path, {"out.wav": 400})
+
+
+def test_a_ring_whose_peers_never_come_ends_in_one_line(tmp_path, tiny_checkpoint):
+    """MLX_RANK and a valid two-host hostfile left in the shell, nobody at those ports: MLX's
+    ring waits forever inside init (it used to hang silently). Now a watcher process ends the
+    run after SPEECHLENS_JOIN_TIMEOUT_S with one line saying what to unset; nothing written."""
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text('[["127.0.0.1:47211"], ["127.0.0.1:47212"]]')
+    started = time.monotonic()
+    result = run_child(["enhance", make_audio(tmp_path / "a.wav"), tmp_path / "out.wav",
+                        "--model", tiny_checkpoint], timeout=60,
+                       env={"MLX_RANK": "0", "MLX_HOSTFILE": str(hostfile),
+                            "SPEECHLENS_JOIN_TIMEOUT_S": "2"})
+    assert result.returncode == -9, result.stderr   # the watcher ends it: no handler could run
+    line = one_error_line(result.stderr)
+    assert "the ring group did not form within 2 s" in line and "Unset MLX_RANK" in line, line
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)

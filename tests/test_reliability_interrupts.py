@@ -11,16 +11,31 @@ behind.
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
+import numpy as np
 import soundfile as sf
 
-from tests.reliability import CHILD, REPO, cases, invoke, leftovers, make_audio, tree_bytes
+from speechlens_cli.audio import owners
+from tests.reliability import (
+    CHILD,
+    RATE,
+    REPO,
+    audit_outputs,
+    cases,
+    invoke,
+    leftovers,
+    make_audio,
+    tree_bytes,
+    wav_bytes,
+)
 
 #: Signals delivered to a running batch, in this order (docs/reliability.md counts them).
 SIGNALS = (signal.SIGINT, signal.SIGTERM) * 3
@@ -89,3 +104,118 @@ def test_interrupted_batch_resumes_to_the_same_result(tmp_path, tiny_checkpoint)
     assert tree_bytes(out) == reference
     for name in reference:
         assert sf.info(str(out / name)).frames == sf.info(str(root / name)).frames
+
+
+# ------------------------------------------------------------------------------ kill -9
+
+def _wait_until(found, process: subprocess.Popen, what: str, timeout: float = 60):
+    """Poll `found()` until it returns something, while `process` still runs."""
+    deadline = time.monotonic() + timeout
+    while not (result := found()):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, f"no {what} appeared"
+        time.sleep(0.01)
+    return result
+
+
+def _killed(process: subprocess.Popen) -> None:
+    process.kill()
+    assert process.wait(timeout=60) == -signal.SIGKILL
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+def _dead_pid() -> int:
+    """The id of a process of this machine that has just ended."""
+    child = subprocess.Popen([sys.executable, "-c", ""])
+    child.wait(timeout=60)
+    return child.pid
+
+
+@cases(2)   # the kill, then the next run into that folder
+def test_a_killed_run_leaves_a_temporary_the_next_run_removes(tmp_path, tiny_checkpoint):
+    """SIGKILL cannot be caught: the hidden temporary of the file being written stays, its owner
+    in its name. The next run writing into that folder finds the owner dead and removes it."""
+    long = tmp_path / "long.wav"  # a minute of noise: the kill lands mid-file on any machine
+    sf.write(str(long), 0.1 * np.random.default_rng(0).standard_normal(60 * RATE), RATE,
+             subtype="PCM_16")
+    out = tmp_path / "out"
+    out.mkdir()
+    process = subprocess.Popen([sys.executable, "-c", CHILD, "enhance", str(long),
+                                str(out / "long.wav"), "--model", str(tiny_checkpoint)],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    _wait_until(lambda: leftovers(out), process, "temporary output")
+    _killed(process)
+    (left,) = leftovers(out)
+    assert f".long.wav.{process.pid}-" in left.name, left.name
+
+    result = invoke("enhance", make_audio(tmp_path / "short.wav"), out / "short.wav",
+                    "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["short.wav"]
+    audit_outputs(out, {"short.wav": 400})
+
+
+@cases(7)
+def test_only_the_temporaries_of_provably_dead_owners_are_removed(tmp_path, tiny_checkpoint):
+    """Of seven things named like temporaries, a run removes only the one whose owner was a
+    process of this machine and is gone: a live owner's (another process, this one), a dead
+    owner's from another machine tag, the older names without an owner, a user's `.partial`
+    and a folder named like a temporary all stay."""
+    out = tmp_path / "out"
+    out.mkdir()
+    here = owners.owner().split("-")[1]
+    elsewhere = f"{int(here, 16) ^ 1:06x}"
+    dead = _dead_pid()
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        names = {
+            "dead-owner-here": f".a.wav.{dead}-{here}-0123abcd.partial",
+            "live-owner-here": f".b.wav.{live.pid}-{here}-0123abcd.partial",
+            "this-process": f".c.wav.{os.getpid()}-{here}-0123abcd.partial",
+            "dead-owner-elsewhere": f".d.wav.{dead}-{elsewhere}-0123abcd.partial",
+            "no-owner-in-the-name": ".e.wav.0123456789ab.partial",
+            "a-users-file": "notes.partial",
+        }
+        for name in names.values():
+            (out / name).write_bytes(b"partial")
+        (out / f".f.wav.{dead}-{here}-0123abcd.partial").mkdir()
+        result = invoke("enhance", make_audio(tmp_path / "g.wav"), out / "g.wav",
+                        "--model", tiny_checkpoint)
+        assert result.exit_code == 0, result.output
+    finally:
+        live.kill()
+        live.wait(timeout=60)
+    kept = {p.name for p in out.iterdir()}
+    assert names["dead-owner-here"] not in kept
+    assert kept == {*names.values(), f".f.wav.{dead}-{here}-0123abcd.partial", "g.wav"} - \
+        {names["dead-owner-here"]}
+
+
+@cases(2)   # the kill, then the next run from stdin
+def test_a_killed_stdin_run_leaves_copies_the_next_run_removes(tmp_path, tiny_checkpoint,
+                                                               monkeypatch):
+    """`enhance - -` killed with SIGKILL mid-file: its copy of stdin and its folder for the
+    stdout output stay in TMPDIR, owned by the dead process; the next run from stdin removes
+    both, and touches nothing else there."""
+    spool = tmp_path / "tmp"
+    spool.mkdir()
+    (spool / "speechlens-stdin.someone-elses.wav").write_bytes(b"x")
+    process = subprocess.Popen([sys.executable, "-c", CHILD, "enhance", "-", "-", "--model",
+                                str(tiny_checkpoint)], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=REPO,
+                               env={**os.environ, "TMPDIR": str(spool)})
+    noise = 0.1 * np.random.default_rng(0).standard_normal(60 * RATE)   # a minute: mid-file
+    process.stdin.write(wav_bytes(noise))
+    process.stdin.close()
+    theirs = _wait_until(lambda: [p for p in spool.iterdir() if f".{process.pid}-" in p.name]
+                         if leftovers(spool) else [], process, "stdout temporary")
+    _killed(process)
+    assert sorted(p.is_dir() for p in theirs) == [False, True], theirs  # the copy, the folder
+
+    monkeypatch.setattr(tempfile, "tempdir", str(spool))
+    result = invoke("enhance", "-", tmp_path / "o.wav", "--model", tiny_checkpoint,
+                    input=wav_bytes(np.zeros(400, np.float32)))
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in spool.iterdir()) == ["speechlens-stdin.someone-elses.wav"]

@@ -20,7 +20,7 @@ from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_fin
 from .outputs import atomic_output, check_writable, nearest_existing, same_file
 from .read import open_reader, read_block, read_info
 from .sink import Sink
-from .streams import copy_to_stream, detach_stdout, spooled_stdin, write_line
+from .streams import copy_to_stream, detach_stdout, spooled_stdin, stdout_folder, write_line
 from .tree import Skipped, TreeScan, scan_tree
 from .writers import open_sink
 
@@ -29,6 +29,6 @@ __all__ = [
     "atomic_output", "check_channels", "check_finite", "check_subtype_name", "check_writable",
     "container_subtypes", "copy_to_stream", "detach_stdout", "format_for_suffix",
     "nearest_existing", "open_reader", "open_sink", "output_format", "read_block", "read_info",
-    "same_file", "scan_tree", "spooled_stdin", "unwritable", "writable_subtypes",
+    "same_file", "scan_tree", "spooled_stdin", "stdout_folder", "unwritable", "writable_subtypes",
     "writable_suffixes", "write_line",
 ]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import av
+import numpy as np
 import soundfile as sf
 
 from ..errors import OutputError, UsageError
@@ -21,6 +22,12 @@ from .info import AudioInfo
 from .libsndfile import native_stderr_silenced
 
 _INTEGER_SUBTYPES = ("ALAC_16", "ALAC_20", "ALAC_24", "ALAC_32")
+#: Containers never written, and why: their probe alone would leave a file behind.
+_NEVER_WRITTEN = {
+    "SD2": "it keeps its header in a second file, ._NAME, outside a Mac, which a copy loses",
+}
+#: Containers without a header: read back with the rate, channels and encoding given.
+_HEADERLESS = ("RAW",)
 #: Suffixes that name a soundfile container besides the format names themselves (".wav", ...).
 _SUFFIX_ALIASES = {".aif": "AIFF", ".oga": "OGG", ".snd": "AU"}
 #: libsndfile's encodings from the widest down: a kept encoding a container cannot hold becomes
@@ -56,7 +63,7 @@ class OutputFormat:
 def _libsndfile_formats() -> dict[str, str]:
     """Suffix -> libsndfile container, leaving out those PyAV writes (MP3 with its tags)."""
     named = {"." + name.lower(): name for name in sf.available_formats()
-             if container_for_suffix("." + name.lower()) is None and name != "RAW"}
+             if container_for_suffix("." + name.lower()) is None}
     return {**named, **_SUFFIX_ALIASES}
 
 
@@ -68,8 +75,11 @@ def format_for_suffix(suffix: str) -> str | None:
 
 
 def writable_suffixes() -> list[str]:
-    """Every output suffix speechlens accepts, in the order `speechlens formats` lists them."""
-    return sorted(_libsndfile_formats()) + [s for c in CONTAINERS.values() for s in c.suffixes]
+    """Every output suffix speechlens accepts, in the order `speechlens formats` lists them
+    (each still subject to the input's rate and channels)."""
+    named = [s for s in sorted(_libsndfile_formats())
+             if _libsndfile_formats()[s] not in _NEVER_WRITTEN]
+    return named + [s for c in CONTAINERS.values() for s in c.suffixes]
 
 
 def output_format(info: AudioInfo, destination: str | os.PathLike | None,
@@ -82,6 +92,9 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
     libsndfile reads by its content, mirrored into a batch's output tree under its name).
     """
     fmt = container or _named_container(info, destination, source)  # `container`: stdout
+    if fmt in _NEVER_WRITTEN:
+        raise UsageError(f"{destination or 'output'}: {fmt} is not written ("
+                         f"{_NEVER_WRITTEN[fmt]}); write one of {', '.join(writable_suffixes())}")
     if subtype is not None:
         subtype = subtype.upper()
         if not _can_write(fmt, subtype, info):
@@ -164,6 +177,9 @@ def _valid_list(fmt: str, info: AudioInfo) -> str:
 
 
 def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
+    """PyAV's containers: the codec's encoder takes this rate and layout. libsndfile's: one
+    frame written to memory and read back with its rate and channel count: some containers take
+    any rate and keep another (XI: 44.1 kHz; WVE: 8 kHz; HTK rounds 48 kHz)."""
     if fmt in CONTAINERS:
         codec = CODECS.get(subtype)
         return (subtype in CONTAINERS[fmt].codecs and codec is not None
@@ -173,15 +189,28 @@ def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
                                     else pyav.layout_for(info.channels)))
     if subtype not in sf.available_subtypes() or not sf.check_format(fmt, subtype):
         return False
-    # libsndfile reads some encodings it cannot write (an MP3 stream in a WAV file), and some
-    # containers limit rates and channels: try the encoding on an empty in-memory file.
+    memory = io.BytesIO()
     try:
-        with native_stderr_silenced(), sf.SoundFile(io.BytesIO(), "w", info.sample_rate,
-                                                    info.channels, subtype, format=fmt):
-            pass
-    except (*libsndfile.ERRORS, ValueError, TypeError):
+        with native_stderr_silenced():
+            with sf.SoundFile(memory, "w", info.sample_rate, info.channels, subtype,
+                              format=fmt) as probe:
+                probe.write(np.zeros((1, info.channels), np.float32))
+            memory.seek(0)
+            output = OutputFormat(fmt, subtype)
+            with sf.SoundFile(memory, **read_back_params(output, info.sample_rate,
+                                                         info.channels)) as back:
+                return (back.samplerate, back.channels) == (info.sample_rate, info.channels)
+    except (*libsndfile.ERRORS, ValueError, TypeError, RuntimeError):
         return False
-    return True
+
+
+def read_back_params(output: OutputFormat, sample_rate: int, channels: int) -> dict:
+    """What soundfile needs to open a written file: nothing for a container with a header,
+    everything for RAW."""
+    if output.format not in _HEADERLESS:
+        return {}
+    return {"samplerate": sample_rate, "channels": channels, "subtype": output.subtype,
+            "format": output.format}
 
 
 def _shape_note(fmt: str, subtype: str, info: AudioInfo) -> str:

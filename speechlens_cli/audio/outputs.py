@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import stat
 import tempfile
@@ -12,7 +13,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import OutputError, OutputExistsError
+from . import owners
 
+#: The hidden temporary beside an output: ".NAME.<pid>-<machine>-<hex>.partial".
+_TEMPORARY = re.compile(rf"\..+\.{owners.OWNER_PATTERN}-[0-9a-f]{{8}}\.partial")
 #: link() errors meaning "this file system has no hard links": fall back to check-then-rename.
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV,
                   errno.ENOSYS}
@@ -56,6 +60,7 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
     folder = destination.parent
     if not folder.is_dir():
         raise OutputError(f"{folder}: output folder does not exist")
+    owners.sweep(folder, _TEMPORARY)   # what killed runs left here
     temporary = None
     try:
         # The name is recorded before the file exists, so an interrupt at any point after
@@ -78,10 +83,11 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
 
 
 def _temporary_name(folder: Path, name: str) -> str:
-    """A hidden ".NAME.<hex>.partial" beside the output. The 21 bytes added must still fit the
-    file system's name limit, so a long NAME is cut (at a character boundary) to make room:
-    an output whose own name fits can always be written."""
-    suffix = f".{secrets.token_hex(6)}.partial"
+    """A hidden ".NAME.<pid>-<machine>-<hex>.partial" beside the output, its owner in its name
+    (audio/owners.py). The bytes added must still fit the file system's name limit, so a long
+    NAME is cut (at a character boundary) to make room: an output whose own name fits can
+    always be written."""
+    suffix = f".{owners.owner()}-{secrets.token_hex(4)}.partial"
     try:
         limit = os.pathconf(folder, "PC_NAME_MAX")
     except (OSError, ValueError):

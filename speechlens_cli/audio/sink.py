@@ -11,7 +11,7 @@ import soundfile as sf
 
 from ..errors import OutputError
 from . import libsndfile
-from .formats import OutputFormat
+from .formats import OutputFormat, read_back_params
 from .libsndfile import native_stderr_silenced
 
 #: Frames per read when a finished output is read back to check it.
@@ -36,6 +36,7 @@ class Sink:
     def __init__(self, path: str | Path, sample_rate: int, channels: int, output: OutputFormat,
                  shown: str):
         self.path, self.output, self.shown = path, output, shown
+        self.sample_rate, self.channels = sample_rate, channels
         self.written = self.clamped = 0
         try:
             self.file = sf.SoundFile(libsndfile.native_path(path), "w", sample_rate, channels,
@@ -74,11 +75,13 @@ class Sink:
 
     def verify(self) -> None:
         """After close: every frame written must read back (see check_written)."""
-        check_written(self.path, self.written, self.shown)
+        check_written(self.path, self.written, self.shown,
+                      read_back_params(self.output, self.sample_rate, self.channels))
 
 
-def check_written(path, frames: int, shown: str) -> None:
-    """Read the closed output back in blocks: every frame must decode.
+def check_written(path, frames: int, shown: str, params: dict | None = None) -> None:
+    """Read the closed output back in blocks: every frame must decode (`params`: what a
+    headerless file is opened with, from formats.read_back_params).
 
     Some write failures go unreported (a FLAC encoder's last block lost to a full disk leaves a
     short file with no length in its header, and libsndfile returns success); such a file must
@@ -86,7 +89,8 @@ def check_written(path, frames: int, shown: str) -> None:
     """
     got, declared = 0, -1
     try:
-        with native_stderr_silenced(), sf.SoundFile(libsndfile.native_path(path)) as check:
+        with native_stderr_silenced(), sf.SoundFile(libsndfile.native_path(path),
+                                                    **(params or {})) as check:
             declared = check.frames
             width = 2 * check.channels  # decoded as int16: all that is needed is the count
             while got < frames:

@@ -6,6 +6,7 @@ import contextlib
 import errno
 import io
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -16,18 +17,26 @@ from typing import BinaryIO
 import soundfile as sf
 
 from ..errors import AudioInputError, OutputError
-from . import libsndfile
+from . import libsndfile, owners
 from .libsndfile import native_stderr_silenced
 
 _COPY_BLOCK = 1 << 20
+_SPOOL_PREFIX = "speechlens-stdin."
+#: The stdin copy in TMPDIR: "speechlens-stdin.<pid>-<machine>-<random>.wav".
+_SPOOL = re.compile(rf"{re.escape(_SPOOL_PREFIX)}{owners.OWNER_PATTERN}-\w+\.wav")
+_STDOUT_PREFIX = "speechlens-stdout."
+#: The folder in TMPDIR where the output for stdout is made: "speechlens-stdout.<owner>-<random>".
+_STDOUT_FOLDER = re.compile(rf"{re.escape(_STDOUT_PREFIX)}{owners.OWNER_PATTERN}-\w+")
 
 
 @contextlib.contextmanager
 def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     """Copy a (non-seekable) input stream to a temporary file, so it can be streamed by blocks."""
     folder = tempfile.gettempdir()
+    _sweep_tmpdir()
     try:
-        handle, temporary = tempfile.mkstemp(prefix="speechlens-stdin.", suffix=".wav")
+        handle, temporary = tempfile.mkstemp(prefix=f"{_SPOOL_PREFIX}{owners.owner()}-",
+                                             suffix=".wav")
     except OSError as error:
         raise OutputError(f"<stdin>: cannot be buffered in {folder} ({error.strerror or error}); "
                           "set TMPDIR to a writable folder") from None
@@ -46,6 +55,25 @@ def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+
+
+def _sweep_tmpdir() -> None:
+    """What killed runs left in TMPDIR: copies of stdin, folders of stdout outputs."""
+    owners.sweep(tempfile.gettempdir(), _SPOOL)
+    owners.sweep(tempfile.gettempdir(), _STDOUT_FOLDER, folders=True)
+
+
+@contextlib.contextmanager
+def stdout_folder() -> Iterator[Path]:
+    """A private folder in TMPDIR where the output for stdout is made, then copied out."""
+    _sweep_tmpdir()
+    try:
+        folder = tempfile.TemporaryDirectory(prefix=f"{_STDOUT_PREFIX}{owners.owner()}-")
+    except OSError as error:
+        raise OutputError(f"<stdout>: no room for the output in {tempfile.gettempdir()} "
+                          f"({error.strerror or error}); set TMPDIR") from None
+    with folder as path:
+        yield Path(path)
 
 
 def _check_audio_start(first: bytes) -> None:

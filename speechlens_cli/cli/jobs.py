@@ -5,12 +5,11 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import audio as audio_io
-from ..errors import OutputError, UsageError
+from ..errors import UsageError
 from ..results import FileResult, Status
 
 
@@ -113,11 +112,7 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
     else:
         read_from, name = Path(source), source
     if destination == "-":
-        try:
-            folder = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="speechlens-")))
-        except OSError as error:
-            raise OutputError(f"<stdout>: no room for the output in {tempfile.gettempdir()} "
-                              f"({error.strerror or error}); set TMPDIR") from None
+        folder = stack.enter_context(audio_io.stdout_folder())
         return [Job(read_from, folder / "stdout.wav", name, "-", "WAV")], [], False
     target = Path(destination)
     if target.is_dir() or destination.endswith(("/", os.sep)):

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
-from collections.abc import Mapping
+import select
+import signal
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import mlx.core as mx
@@ -11,6 +15,11 @@ import mlx.core as mx
 from ..errors import SpeechlensError, UsageError
 from .collectives import Collectives
 from .share import Share
+
+#: Seconds a rank waits for its group to form; MLX's ring backend otherwise waits forever for
+#: peers that never come (launcher variables left in a shell), holding the interpreter.
+JOIN_TIMEOUT_ENV = "SPEECHLENS_JOIN_TIMEOUT_S"
+DEFAULT_JOIN_TIMEOUT_S = 60.0
 
 
 def _integer(text: str | None) -> int:
@@ -20,29 +29,78 @@ def _integer(text: str | None) -> int:
         return 0
 
 
+def _rank_of(env: Mapping[str, str], rank: str, size: int) -> bool:
+    """The rank variable is there and names one of `size` processes."""
+    value = env.get(rank, "")
+    return value.isdigit() and int(value) < size
+
+
+def _ring_size(hostfile: Path) -> int:
+    """Processes the ring hostfile lists (0: blank, unreadable or not a list of hosts)."""
+    try:
+        text = hostfile.read_text()
+        hosts = json.loads(text) if text.strip() else []
+    except (OSError, ValueError):
+        return 0
+    return len(hosts) if isinstance(hosts, list) else 0
+
+
 def launched_backend(env: Mapping[str, str] | None = None) -> str | None:
     """The mx.distributed backend a launcher started this process for, or None when alone.
 
-    mlx.launch sets MLX_RANK plus MLX_HOSTFILE (ring), NCCL_HOST_IP and MLX_WORLD_SIZE (nccl) or
-    MLX_IBV_DEVICES (jaccl); mpirun sets OMPI_COMM_WORLD_SIZE or PMI_SIZE. `mlx.launch -n 1`
-    writes an empty hostfile: that is one process, not a group.
+    Only a launcher's full, consistent set counts, so that variables left in a shell never
+    stop or hang a single-process run: mlx.launch's MLX_RANK with MLX_HOSTFILE listing more
+    than one host and the rank among them (ring), with NCCL_HOST_IP and MLX_WORLD_SIZE above 1
+    (nccl), or with MLX_IBV_DEVICES (jaccl); mpirun's OMPI_COMM_WORLD_SIZE or PMI_SIZE above 1
+    together with the rank variable of the same launcher, in range. `mlx.launch -n 1` writes
+    an empty hostfile: that is one process, not a group.
     """
     env = os.environ if env is None else env
     if "MLX_RANK" in env or "JACCL_RANK" in env:
         if env.get("NCCL_HOST_IP"):
-            return "nccl" if _integer(env.get("MLX_WORLD_SIZE")) > 1 else None
+            size = _integer(env.get("MLX_WORLD_SIZE"))
+            return "nccl" if size > 1 and _rank_of(env, "MLX_RANK", size) else None
         if env.get("MLX_IBV_DEVICES") or env.get("JACCL_IBV_DEVICES"):
             return "jaccl"
         if env.get("MLX_HOSTFILE"):
-            hostfile = Path(env["MLX_HOSTFILE"])
-            try:
-                blank = hostfile.is_file() and not hostfile.read_text().strip()
-            except OSError:
-                blank = False
-            return None if blank else "ring"
-    if max(_integer(env.get("OMPI_COMM_WORLD_SIZE")), _integer(env.get("PMI_SIZE"))) > 1:
-        return "mpi"
+            size = _ring_size(Path(env["MLX_HOSTFILE"]))
+            return "ring" if size > 1 and _rank_of(env, "MLX_RANK", size) else None
+    for size_name, rank_name in (("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
+                                 ("PMI_SIZE", "PMI_RANK")):
+        size = _integer(env.get(size_name))
+        if size > 1 and _rank_of(env, rank_name, size):
+            return "mpi"
     return None
+
+
+@contextlib.contextmanager
+def _bounded_join(backend: str, env: Mapping[str, str]) -> Iterator[None]:
+    """mx.distributed.init waits for every peer inside MLX, holding the interpreter: no Python
+    timer or signal handler runs until it returns. A forked watcher (its own process, no shared
+    interpreter) ends this one with one line if the group has not formed in time."""
+    try:
+        seconds = float(env.get(JOIN_TIMEOUT_ENV) or DEFAULT_JOIN_TIMEOUT_S)
+    except ValueError:
+        raise UsageError(f"{JOIN_TIMEOUT_ENV} must be a number of seconds") from None
+    done_read, done_write = os.pipe()
+    parent = os.getpid()
+    watcher = os.fork()
+    if watcher == 0:   # the watcher: only system calls from here on
+        os.close(done_write)
+        ready, _, _ = select.select([done_read], [], [], seconds)
+        if not ready:
+            os.write(2, (f"error: the {backend} group did not form within {seconds:g} s "
+                         "(not every peer joined): launcher variables left in this shell? "
+                         "Unset MLX_RANK and MLX_HOSTFILE to run alone, or raise "
+                         f"{JOIN_TIMEOUT_ENV}\n").encode())
+            os.kill(parent, signal.SIGKILL)
+        os._exit(0)
+    os.close(done_read)
+    try:
+        yield
+    finally:
+        os.close(done_write)
+        os.waitpid(watcher, 0)
 
 
 def join(shard: tuple[int, int] | None, env: Mapping[str, str] | None = None) -> Share:
@@ -60,7 +118,8 @@ def join(shard: tuple[int, int] | None, env: Mapping[str, str] | None = None) ->
             f"started by a launcher for MLX's {backend} backend, which this MLX build does not "
             "have; use mlx.launch --backend ring, or --shard I/N")
     try:
-        group = mx.distributed.init(strict=True, backend=backend)
+        with _bounded_join(backend, os.environ if env is None else env):
+            group = mx.distributed.init(strict=True, backend=backend)
     except RuntimeError as error:
         raise SpeechlensError(f"could not join the {backend} group the launcher started "
                               f"({error})") from None
