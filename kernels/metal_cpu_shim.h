@@ -37,6 +37,9 @@ inline float abs(float x) { return std::fabs(x); }
 inline float max(float a, float b) { return std::fmax(a, b); }
 namespace fast {
 inline float exp(float x) { return std::exp(x); }
+inline float exp2(float x) { return std::exp2(x); }
+inline float log(float x) { return std::log(x); }
+inline float divide(float a, float b) { return a / b; }
 }  // namespace fast
 namespace precise {
 inline float exp(float x) { return std::exp(x); }

@@ -1,5 +1,6 @@
-// Body of the fixed-16 selective scan, for Metal and CUDA alike: the backend header
-// (sl_backend_metal.h / sl_backend_cuda.h) supplies the thread index and integer types.
+// Body of the Metal selective scan (CUDA has selective_scan_cuda_body.h): the backend header
+// supplies the thread index and integer types. Standard mode takes the fast step variants
+// (2^(delta*A*log2 e), fast softplus and SiLU), as the CUDA scan does.
 // MLX generates the signature:
 //   inputs  u, delta_raw, z [B, L, DI]; Bs, Cs [B, L, NS]; A_log [DI, NS]; Dskip [DI]
 //           (with u_shape and *_strides: inputs need not be row contiguous);
@@ -15,7 +16,7 @@ if (gid >= (SL_INDEX)(nbatch) * (SL_INDEX)(DI)) {
 }
 const int b = (int)(gid / (SL_INDEX)(DI));
 const int d = (int)(gid % (SL_INDEX)(DI));
-sl_selective_scan_thread<STRICT, NS, float>(
+sl_selective_scan_thread<STRICT, NS, float, true>(
     u + b * u_strides[0] + d * u_strides[2], u_strides[1],
     delta_raw + b * delta_raw_strides[0] + d * delta_raw_strides[2], delta_raw_strides[1],
     z + b * z_strides[0] + d * z_strides[2], z_strides[1],

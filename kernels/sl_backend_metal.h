@@ -39,5 +39,9 @@ SL_FN float sl_rint(float x) { return metal::rint(x); }
 SL_FN float sl_abs(float x) { return metal::abs(x); }
 SL_FN float sl_max(float a, float b) { return metal::max(a, b); }
 SL_FN float sl_pow2_int(float k) { return as_type<float>((int(k) + 127) << 23); }
+// Fast variants (standard mode's scan): the GPU's own 2^x, log and reciprocal.
+SL_FN float sl_exp2_fast_decay(float x) { return metal::fast::exp2(x); }
+SL_FN float sl_log_fast(float x) { return metal::fast::log(x); }
+SL_FN float sl_recip_fast(float x) { return metal::fast::divide(1.0f, x); }
 
 #endif  // SL_BACKEND_METAL_H

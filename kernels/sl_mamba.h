@@ -28,7 +28,7 @@
 //   sl_log(V), sl_log1p(V), sl_rint(V), sl_abs(V), sl_max(V, V)
 //   sl_pow2_int(V k)              2^k for integral k in [-127, 0] built in the IEEE exponent
 //                                 field: bits (k + 127) << 23, so k = -127 gives +0.0
-// Only for the *_fast / *_exp2 standard-mode step functions below (today the CUDA scan):
+// Only for the *_fast / *_exp2 standard-mode step functions below (the CUDA and Metal scans):
 //   sl_exp2_fast_decay(V)         fast 2^x for arguments <= 0 (the decay with A*log2(e))
 //   sl_log_fast(V), sl_recip_fast(V)  fast log and 1/x (softplus, SiLU)
 
@@ -183,6 +183,37 @@ SL_FN V sl_scan_output_fast(V y, V dskip, V ut, V zt) {
   return (y + dskip * ut) * sl_silu_fast(zt);
 }
 
+// Standard mode's step functions, exact-formula (tag false: the CPU) or fast (tag true: the
+// Metal and CUDA scans). Overloads on a tag type rather than a branch, so a backend only
+// instantiates, and only needs the functions of, the variant it uses.
+template <bool FAST>
+struct sl_fast_tag {};
+
+template <typename V>
+SL_FN V sl_standard_A(V a_log, sl_fast_tag<false>) { return sl_scan_A<false>(a_log); }
+template <typename V>
+SL_FN V sl_standard_A(V a_log, sl_fast_tag<true>) { return sl_scan_A_exp2(a_log); }
+template <typename V>
+SL_FN V sl_standard_delta(V x, sl_fast_tag<false>) { return sl_scan_delta<false>(x); }
+template <typename V>
+SL_FN V sl_standard_delta(V x, sl_fast_tag<true>) { return sl_scan_delta_fast(x); }
+template <typename V>
+SL_FN V sl_standard_state(V h, V delta, V du, V a, float bn, sl_fast_tag<false>) {
+  return sl_scan_state_standard(h, delta, du, a, bn);
+}
+template <typename V>
+SL_FN V sl_standard_state(V h, V delta, V du, V a, float bn, sl_fast_tag<true>) {
+  return sl_scan_state_standard_exp2(h, delta, du, a, bn);
+}
+template <typename V>
+SL_FN V sl_standard_output(V y, V dskip, V ut, V zt, sl_fast_tag<false>) {
+  return sl_scan_output_standard(y, dskip, ut, zt);
+}
+template <typename V>
+SL_FN V sl_standard_output(V y, V dskip, V ut, V zt, sl_fast_tag<true>) {
+  return sl_scan_output_fast(y, dskip, ut, zt);
+}
+
 // ---- causal depthwise conv1d, kernel size 4 ----
 //
 // x, out: pointers at (b, t = 0, channel); sx, so: element strides between time steps.
@@ -225,8 +256,10 @@ SL_FN void sl_causal_conv1d_thread(PX x, SL_I64 sx, PO out, SL_I64 so, PW w, SL_
 // su, sdt, sz, so. Bm, Cm: pointers at (b, t = 0, state 0) with per-step strides sB, sC and
 // per-state strides sBn, sCn. A_log: pointer at (channel, state 0), per-state stride sAn,
 // per-channel stride sAd (CPU lane gather only). Dskip: pointer at the channel, sDd likewise.
-template <bool STRICT, int NS, typename V, typename PU, typename PT, typename PZ, typename PO,
-          typename PB, typename PC, typename PA, typename PD>
+//
+// FAST (standard mode only): the fast step variants (exp2 with A*log2(e), fast softplus/SiLU).
+template <bool STRICT, int NS, typename V, bool FAST = false, typename PU, typename PT,
+          typename PZ, typename PO, typename PB, typename PC, typename PA, typename PD>
 SL_FN void sl_selective_scan_thread(PU u, SL_I64 su, PT dt, SL_I64 sdt, PZ z, SL_I64 sz, PO out,
                                     SL_I64 so, PB Bm, SL_I64 sB, SL_I64 sBn, PC Cm, SL_I64 sC,
                                     SL_I64 sCn, PA A_log, SL_I64 sAn, SL_I64 sAd, PD Dskip,
@@ -236,7 +269,7 @@ SL_FN void sl_selective_scan_thread(PU u, SL_I64 su, PT dt, SL_I64 sdt, PZ z, SL
   SL_UNROLL
   for (int n = 0; n < NS; ++n) {
     const V al = SL_LOAD_STRIDED(V, A_log + n * sAn, sAd);
-    a[n] = sl_scan_A<STRICT>(al);
+    a[n] = STRICT ? sl_scan_A<true>(al) : sl_standard_A(al, sl_fast_tag<FAST>());
     h[n] = SL_SPLAT(V, 0.0f);
   }
   const V dskip = SL_LOAD_STRIDED(V, Dskip, sDd);
@@ -248,7 +281,8 @@ SL_FN void sl_selective_scan_thread(PU u, SL_I64 su, PT dt, SL_I64 sdt, PZ z, SL
     SL_PREFETCH(out, SL_SCAN_PREFETCH, so);
     const V ut = SL_LOAD(V, u);
     const V zt = SL_LOAD(V, z);
-    const V delta = sl_scan_delta<STRICT>(SL_LOAD(V, dt));
+    const V dtr = SL_LOAD(V, dt);
+    const V delta = STRICT ? sl_scan_delta<true>(dtr) : sl_standard_delta(dtr, sl_fast_tag<FAST>());
     V y = SL_SPLAT(V, 0.0f);
     if (STRICT) {
       SL_UNROLL
@@ -261,10 +295,11 @@ SL_FN void sl_selective_scan_thread(PU u, SL_I64 su, PT dt, SL_I64 sdt, PZ z, SL
       const V du = delta * ut;
       SL_UNROLL
       for (int n = 0; n < NS; ++n) {
-        h[n] = sl_scan_state_standard(h[n], delta, du, a[n], (float)Bm[n * sBn]);
+        h[n] = sl_standard_state(h[n], delta, du, a[n], (float)Bm[n * sBn],
+                                 sl_fast_tag<FAST>());
         y = sl_scan_accumulate_standard(y, h[n], (float)Cm[n * sCn]);
       }
-      SL_STORE(out, sl_scan_output_standard(y, dskip, ut, zt));
+      SL_STORE(out, sl_standard_output(y, dskip, ut, zt, sl_fast_tag<FAST>()));
     }
     u += su;
     dt += sdt;
