@@ -155,3 +155,9 @@ def test_report_names_both_peers_and_judges_the_nvidia_target():
                     "standard)"] == "NO"  # 1.5x
     assert verdicts[">= 10x faster than the plain-loop PyTorch peer on the same GPU "
                     "(5 s, 44.1 kHz)"] == "yes"
+
+
+def test_the_plain_loop_peer_stays_on_short_files_where_nvidias_stack_runs():
+    assert runner.plain_peer_skipped(30.0, None) is not None
+    assert runner.plain_peer_skipped(5.0, None) is None
+    assert runner.plain_peer_skipped(30.0, "mamba_ssm is not installed") is None

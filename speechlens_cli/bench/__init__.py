@@ -56,7 +56,9 @@ def _now() -> str:
               help=("Also run the peers: the plain-loop PyTorch one (pip install "
                     "'speechlens[bench]') and, on CUDA with mamba_ssm, NVIDIA's stack."))
 @click.option("--peer-cases", default=None, metavar="PATTERNS",
-              help="Case patterns whose input/window the peer also runs (default: '5s-*').")
+              help="Case patterns whose input/window the peers also run (default: '5s-*'; "
+                   "on a GPU '5s-*,30s-*', the plain-loop peer only on 5-s files where "
+                   "NVIDIA's stack runs).")
 @click.option("--peer-warmup", type=click.IntRange(0), default=None,
               help="Peer warm-ups (default: 1 on a GPU, 0 on the CPU).")
 @click.option("--peer-trials", type=click.IntRange(1), default=None,
@@ -126,8 +128,9 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
         _profile(model, out_dir, name, profile_rate, profile_seconds, profile_runs,
                  profile_warmup, profile_strict, gpu, log)
         return
-    _bench(patterns or matrix.DEFAULT_CASES["gpu" if gpu else "cpu"], warmup, trials, budget_s,
-           peer, peer_cases or matrix.DEFAULT_PEER_CASES, peer_warmup, peer_trials, peer_device,
+    kind = "gpu" if gpu else "cpu"
+    _bench(patterns or matrix.DEFAULT_CASES[kind], warmup, trials, budget_s, peer,
+           peer_cases or matrix.DEFAULT_PEER_CASES[kind], peer_warmup, peer_trials, peer_device,
            overlap, model, out_dir, name, gpu, log)
 
 

@@ -212,8 +212,12 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
             want_peer = options.peer_patterns is not None and any(
                 fnmatch.fnmatchcase(group[0].group_name + "-" + m, p.strip())
                 for m in matrix.MODES for p in options.peer_patterns.split(","))
+            plain_skipped = want_peer and plain_peer_skipped(seconds, nvidia_missing)
             if want_peer and peer_missing:
                 body["peer_info"][matrix.PLAIN_PEER] = f"not run: {peer_missing}"
+            elif plain_skipped:
+                body["peer_info"][f"{matrix.PLAIN_PEER}, files over "
+                                  f"{matrix.PLAIN_PEER_MAX_SECONDS:g} s"] = f"not run: {plain_skipped}"
             elif want_peer:
                 row = _run_peer(group[0], ckpt, src, tmp, outputs, options, gpu, log)
                 body["peer"].append(row)
@@ -317,6 +321,14 @@ def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
     log(f"{label}: median {timing.median_s:.3f} s; parity (waveform rel-RMSE vs speechlens) "
         + ", ".join(f"{m} {v:.2e}" for m, v in row["parity_rel_rmse"].items()))
     return row
+
+
+def plain_peer_skipped(seconds: float, nvidia_missing: str | None) -> str | None:
+    """Why the plain-loop peer does not run on a file this long, or None if it does."""
+    if nvidia_missing is None and seconds > matrix.PLAIN_PEER_MAX_SECONDS:
+        return ("its Python step loop takes minutes there, and NVIDIA's stack, which runs, is "
+                "the peer that counts on this GPU")
+    return None
 
 
 def _nvidia_peers(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
