@@ -12,6 +12,7 @@ from click.testing import CliRunner
 from speechlens_cli import checkpoint
 from speechlens_cli.bench import cases as matrix
 from speechlens_cli.bench import report as rep
+from speechlens_cli.bench import runner
 from speechlens_cli.bench.profile import run_profile
 from speechlens_cli.cli import main
 from speechlens_cli.model import scheduling

@@ -216,8 +216,8 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
             if want_peer and peer_missing:
                 body["peer_info"][matrix.PLAIN_PEER] = f"not run: {peer_missing}"
             elif plain_skipped:
-                body["peer_info"][f"{matrix.PLAIN_PEER}, files over "
-                                  f"{matrix.PLAIN_PEER_MAX_SECONDS:g} s"] = f"not run: {plain_skipped}"
+                label = f"{matrix.PLAIN_PEER}, files over {matrix.PLAIN_PEER_MAX_SECONDS:g} s"
+                body["peer_info"][label] = f"not run: {plain_skipped}"
             elif want_peer:
                 row = _run_peer(group[0], ckpt, src, tmp, outputs, options, gpu, log)
                 body["peer"].append(row)
