@@ -19,12 +19,19 @@
 #include <thread>
 #include <vector>
 
-#define SL_CPU_ABI_VERSION 2
+#define SL_CPU_ABI_VERSION 3
 #ifndef SL_SOURCE_HASH
 #define SL_SOURCE_HASH "unknown"  // setup.py and the run-time compile pass the hash of the sources
 #endif
 #define SL_NSTATE 16
 #define SL_SCAN_THREAD_ORDER 1  // flags bit: walk (batch, channel group) units as GPU threads do
+
+// Standard mode runs sl_mamba.h's fast step variants: the decay 2^(delta * A*log2 e), whose
+// pre-scaled A saves a multiply per state and step and whose exponent-field 2^k needs no
+// float-to-int conversion (sl_cpu::exp2_nonpos); softplus and SiLU keep their exact formulas
+// (the CPU's sl_log_fast and sl_recip_fast are its ordinary log and division).
+constexpr bool kCpuFastStep = true;
+typedef sl_fast_tag<kCpuFastStep> CpuStandard;
 
 namespace {
 
@@ -95,9 +102,14 @@ SL_FN void conv_units(const ConvArgs& a, int64_t begin, int64_t end) {
   }
 }
 
+template <bool STRICT, typename V>
+SL_FN V scan_delta(V delta_raw) {
+  return STRICT ? sl_scan_delta<true>(delta_raw) : sl_standard_delta(delta_raw, CpuStandard());
+}
+
 template <typename V, bool STRICT>
 SL_FN void scan_one(const ScanArgs& a, int64_t b, int64_t d) {
-  sl_selective_scan_thread<STRICT, SL_NSTATE, V>(
+  sl_selective_scan_thread<STRICT, SL_NSTATE, V, kCpuFastStep>(
       a.u + b * a.su[0] + d * a.su[2], a.su[1], a.dt + b * a.sdt[0] + d * a.sdt[2], a.sdt[1],
       a.z + b * a.sz[0] + d * a.sz[2], a.sz[1], a.out + b * a.so[0] + d * a.so[2], a.so[1],
       a.Bm + b * a.sB[0], a.sB[1], a.sB[2], a.Cm + b * a.sC[0], a.sC[1], a.sC[2],
@@ -133,8 +145,8 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
   const int64_t G = a.channels / W;
   for (int64_t g = 0; g < G; ++g) {
     for (int n = 0; n < SL_NSTATE; ++n) {
-      A[g * SL_NSTATE + n] = sl_scan_A<STRICT>(
-          SL_LOAD_STRIDED(V, a.A_log + g * W * a.sA[0] + n * a.sA[1], a.sA[0]));
+      const V al = SL_LOAD_STRIDED(V, a.A_log + g * W * a.sA[0] + n * a.sA[1], a.sA[0]);
+      A[g * SL_NSTATE + n] = STRICT ? sl_scan_A<true>(al) : sl_standard_A(al, CpuStandard());
     }
     dskip[g] = SL_LOAD_STRIDED(V, a.Dskip + g * W * a.sD, a.sD);
   }
@@ -174,8 +186,8 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
         const V* A1 = A0 + SL_NSTATE;
         const V u0 = SL_LOAD(V, u + g * W), u1 = SL_LOAD(V, u + g * W + W);
         const V z0 = SL_LOAD(V, z + g * W), z1 = SL_LOAD(V, z + g * W + W);
-        const V d0 = sl_scan_delta<STRICT>(SL_LOAD(V, dts + g * W));
-        const V d1 = sl_scan_delta<STRICT>(SL_LOAD(V, dts + g * W + W));
+        const V d0 = scan_delta<STRICT>(SL_LOAD(V, dts + g * W));
+        const V d1 = scan_delta<STRICT>(SL_LOAD(V, dts + g * W + W));
         V y0 = SL_SPLAT(V, 0.0f), y1 = SL_SPLAT(V, 0.0f);
         if (STRICT) {
           SL_UNROLL
@@ -191,13 +203,14 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
           const V du0 = d0 * u0, du1 = d1 * u1;
           SL_UNROLL
           for (int n = 0; n < SL_NSTATE; ++n) {
-            h0[n] = sl_scan_state_standard(h0[n], d0, du0, A0[n], bn[n]);
-            h1[n] = sl_scan_state_standard(h1[n], d1, du1, A1[n], bn[n]);
+            h0[n] = sl_standard_state(h0[n], d0, du0, A0[n], bn[n], CpuStandard());
+            h1[n] = sl_standard_state(h1[n], d1, du1, A1[n], bn[n], CpuStandard());
             y0 = sl_scan_accumulate_standard(y0, h0[n], cn[n]);
             y1 = sl_scan_accumulate_standard(y1, h1[n], cn[n]);
           }
-          SL_STORE(out + g * W, sl_scan_output_standard(y0, dskip[g], u0, z0));
-          SL_STORE(out + g * W + W, sl_scan_output_standard(y1, dskip[g + 1], u1, z1));
+          SL_STORE(out + g * W, sl_standard_output(y0, dskip[g], u0, z0, CpuStandard()));
+          SL_STORE(out + g * W + W,
+                   sl_standard_output(y1, dskip[g + 1], u1, z1, CpuStandard()));
         }
       }
       for (; g < G; ++g) {
@@ -205,7 +218,7 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
         const V* Ag = A + g * SL_NSTATE;
         const V ut = SL_LOAD(V, u + g * W);
         const V zt = SL_LOAD(V, z + g * W);
-        const V delta = sl_scan_delta<STRICT>(SL_LOAD(V, dts + g * W));
+        const V delta = scan_delta<STRICT>(SL_LOAD(V, dts + g * W));
         V y = SL_SPLAT(V, 0.0f);
         if (STRICT) {
           SL_UNROLL
@@ -218,10 +231,10 @@ SL_FN void scan_rows(const ScanArgs& a, int64_t b_begin, int64_t b_end, V* h, V*
           const V du = delta * ut;
           SL_UNROLL
           for (int n = 0; n < SL_NSTATE; ++n) {
-            hg[n] = sl_scan_state_standard(hg[n], delta, du, Ag[n], bn[n]);
+            hg[n] = sl_standard_state(hg[n], delta, du, Ag[n], bn[n], CpuStandard());
             y = sl_scan_accumulate_standard(y, hg[n], cn[n]);
           }
-          SL_STORE(out + g * W, sl_scan_output_standard(y, dskip[g], ut, zt));
+          SL_STORE(out + g * W, sl_standard_output(y, dskip[g], ut, zt, CpuStandard()));
         }
       }
       u += a.su[1];
@@ -249,13 +262,22 @@ SL_FN void scan_rows_alloc(const ScanArgs& a, int64_t b_begin, int64_t b_end) {
   std::free(raw);
 }
 
-template <typename V>
-SL_FN void exp_poly_n(const float* x, float* y, int64_t n) {
+// y = fn(x) over n contiguous floats, W lanes at a time (the tests' window on a math function).
+template <typename V, typename Fn>
+SL_FN void map_n(const float* x, float* y, int64_t n, Fn fn) {
   const int W = sl_cpu::traits<V>::lanes;
   int64_t i = 0;
-  for (; i + W <= n; i += W) sl_cpu::store(y + i, sl_exp_poly(sl_cpu::load<V>(x + i)));
-  for (; i < n; ++i) y[i] = sl_exp_poly(x[i]);
+  for (; i + W <= n; i += W) sl_cpu::store(y + i, fn(sl_cpu::load<V>(x + i)));
+  for (; i < n; ++i) y[i] = fn(x[i]);
 }
+
+#define SL_MEMBER_FN inline __attribute__((always_inline))
+struct ExpPoly {
+  template <typename V> SL_MEMBER_FN V operator()(V x) const { return sl_exp_poly(x); }
+};
+struct Exp2Decay {
+  template <typename V> SL_MEMBER_FN V operator()(V x) const { return sl_exp2_fast_decay(x); }
+};
 
 enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 
@@ -287,7 +309,11 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
     }                                                                                         \
   }                                                                                           \
   TARGET static void exp_poly_##SUFFIX(const float* x, float* y, int64_t n) {                \
-    exp_poly_n<V>(x, y, n);                                                                   \
+    map_n<V>(x, y, n, ExpPoly());                                                             \
+  }                                                                                           \
+  TARGET SL_CONTRACT_DEFAULT static void exp2_decay_##SUFFIX(const float* x, float* y,         \
+                                                             int64_t n) {                     \
+    map_n<V>(x, y, n, Exp2Decay());                                                           \
   }
 
 // Thread order (the GPU's walk, kept for tests and comparison): baseline ISA only.
@@ -322,6 +348,24 @@ int resolve_isa(int requested) {
   const int best = best_isa();
   if (requested < 0 || requested > best) return best;
   return requested;
+}
+
+// The per-ISA builds of one map function of SL_DEFINE_ISA (y = f(x) over n floats).
+typedef void (*MapFn)(const float*, float*, int64_t);
+struct MapBuilds {
+  MapFn generic, avx2, avx512;
+};
+#ifdef SL_HAVE_X86_ISAS
+#define SL_MAP_BUILDS(NAME) (MapBuilds{NAME##_generic, NAME##_avx2, NAME##_avx512})
+#else
+#define SL_MAP_BUILDS(NAME) (MapBuilds{NAME##_generic, nullptr, nullptr})
+#endif
+
+void map_on_isa(const MapBuilds& builds, int isa, const float* x, float* y, int64_t n) {
+  isa = resolve_isa(isa);
+  if (isa == ISA_AVX512 && builds.avx512 != nullptr) return builds.avx512(x, y, n);
+  if (isa == ISA_AVX2 && builds.avx2 != nullptr) return builds.avx2(x, y, n);
+  builds.generic(x, y, n);
 }
 
 int lanes_of(int isa) { return isa == ISA_AVX512 ? 16 : (isa == ISA_AVX2 ? 8 : 4); }
@@ -473,12 +517,14 @@ __attribute__((visibility("default"))) int sl_cpu_selective_scan(
 // The strict-mode decay exponential of sl_mamba.h on n contiguous floats (for tests).
 __attribute__((visibility("default"))) void sl_cpu_exp_poly(const float* x, float* y, int64_t n,
                                                              int isa) {
-  isa = resolve_isa(isa);
-#ifdef SL_HAVE_X86_ISAS
-  if (isa == ISA_AVX512) return exp_poly_avx512(x, y, n);
-  if (isa == ISA_AVX2) return exp_poly_avx2(x, y, n);
-#endif
-  exp_poly_generic(x, y, n);
+  map_on_isa(SL_MAP_BUILDS(exp_poly), isa, x, y, n);
+}
+
+// The standard-mode decay 2^x (x <= 0) of the scan on n contiguous floats (for tests), compiled as
+// the standard scan is (FMA contraction where the ISA has it).
+__attribute__((visibility("default"))) void sl_cpu_exp2_decay(const float* x, float* y, int64_t n,
+                                                               int isa) {
+  map_on_isa(SL_MAP_BUILDS(exp2_decay), isa, x, y, n);
 }
 
 // Per-channel sums over a [rows, channels] float32 plane, accumulated in double into acc

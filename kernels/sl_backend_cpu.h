@@ -168,22 +168,25 @@ template <typename V> SL_FN V log1p_pos(V x) {
   return select(above, log_pos(u) * (x / d), x);
 }
 
-// exp(x) for x <= 0 (the decay): the reduction of exp_any without its range fixes. x <= -88
-// (also -inf) rounds to n = -127, whose exponent field builds +0, so the result is 0;
-// degree-6 polynomial (truncation < 1.2e-7 relative). Meant for contraction into FMAs.
-template <typename V> SL_FN V exp_nonpos(V x) {
-  const V xc = select(x > splat<V>(-88.0f), x, splat<V>(-88.0f));
-  const V n = rint_small(xc * splat<V>(1.44269504f));
-  V r = xc - n * splat<V>(0.693145751953125f);
-  r = r - n * splat<V>(1.428606765330187e-06f);
-  V p = splat<V>(1.0f / 720.0f);
-  p = p * r + splat<V>(1.0f / 120.0f);
-  p = p * r + splat<V>(1.0f / 24.0f);
-  p = p * r + splat<V>(1.0f / 6.0f);
-  p = p * r + splat<V>(0.5f);
-  p = p * r + splat<V>(1.0f);
-  p = p * r + splat<V>(1.0f);
-  return p * as_float((to_int(n) + 127) << 23);
+// 2^y for y <= 0 (the decay, with A pre-scaled by log2 e once per thread). One add of
+// 1.5*2^23 + 127 rounds y to k = rint(y) and leaves k + 127 in the low mantissa bits, so a shift
+// builds the scale 2^k (no float-to-int conversion); f = y - k in [-1/2, 1/2] and
+// 2^f = 1 + f*q(f), q a degree-4 fit of (2^f - 1)/f minimizing the relative error of 2^f
+// (float32 max relative error 1.6e-7 with FMA, 1.8e-7 without, exactly 1 at f = 0, so slowly
+// decaying states do not drift). y <= -127 (also -inf, NaN) gives +0; no range fixes above 0.
+template <typename V> SL_FN V exp2_nonpos(V y) {
+  const V magic = splat<V>(12583039.0f);  // 1.5 * 2^23 + 127
+  const V yc = select(y > splat<V>(-127.0f), y, splat<V>(-127.0f));
+  const V shifted = yc + magic;
+  const V f = yc - (shifted - magic);
+  V q = splat<V>(1.326472964e-03f);
+  q = q * f + splat<V>(9.671512991e-03f);
+  q = q * f + splat<V>(5.550733209e-02f);
+  q = q * f + splat<V>(2.402224541e-01f);
+  q = q * f + splat<V>(6.931470037e-01f);
+  const V p = q * f + splat<V>(1.0f);
+  // k + 127 is in [0, 127] (k <= 0): the mask keeps the shift inside int32 (defined behaviour)
+  return p * as_float((as_int(shifted) & 0xff) << 23);
 }
 
 template <typename V> SL_FN V exp_precise(V x) {
@@ -200,7 +203,9 @@ template <typename V> SL_FN V exp_precise(V x) {
 
 template <typename V> SL_FN V sl_exp(V x) { return sl_cpu::exp_any(x); }
 template <typename V> SL_FN V sl_exp_fast(V x) { return sl_cpu::exp_any(x); }
-template <typename V> SL_FN V sl_exp_fast_decay(V x) { return sl_cpu::exp_nonpos(x); }
+template <typename V> SL_FN V sl_exp2_fast_decay(V y) { return sl_cpu::exp2_nonpos(y); }
+template <typename V> SL_FN V sl_log_fast(V x) { return sl_cpu::log_pos(x); }
+template <typename V> SL_FN V sl_recip_fast(V x) { return sl_cpu::splat<V>(1.0f) / x; }
 template <typename V> SL_FN V sl_exp_precise(V x) { return sl_cpu::exp_precise(x); }
 template <typename V> SL_FN V sl_log(V x) { return sl_cpu::log_pos(x); }
 template <typename V> SL_FN V sl_log1p(V x) { return sl_cpu::log1p_pos(x); }

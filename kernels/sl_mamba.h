@@ -23,12 +23,12 @@
 //   SL_UNROLL                     pragma that fully unrolls the following state loop
 //   sl_exp(V)                     the backend's ordinary exp (softplus, SiLU)
 //   sl_exp_fast(V)                fast exp (standard mode: A)
-//   sl_exp_fast_decay(V)          fast exp for arguments <= 0 (standard mode: the decay)
+//   sl_exp_fast_decay(V)          fast exp for arguments <= 0 (the exact-formula standard decay)
 //   sl_exp_precise(V)             precise exp (strict mode: A)
 //   sl_log(V), sl_log1p(V), sl_rint(V), sl_abs(V), sl_max(V, V)
 //   sl_pow2_int(V k)              2^k for integral k in [-127, 0] built in the IEEE exponent
 //                                 field: bits (k + 127) << 23, so k = -127 gives +0.0
-// Only for the *_fast / *_exp2 standard-mode step functions below (the CUDA and Metal scans):
+// Only for the *_fast / *_exp2 standard-mode step functions below (the CUDA, Metal, CPU scans):
 //   sl_exp2_fast_decay(V)         fast 2^x for arguments <= 0 (the decay with A*log2(e))
 //   sl_log_fast(V), sl_recip_fast(V)  fast log and 1/x (softplus, SiLU)
 
@@ -183,9 +183,10 @@ SL_FN V sl_scan_output_fast(V y, V dskip, V ut, V zt) {
   return (y + dskip * ut) * sl_silu_fast(zt);
 }
 
-// Standard mode's step functions, exact-formula (tag false: the CPU) or fast (tag true: the
-// Metal and CUDA scans). Overloads on a tag type rather than a branch, so a backend only
-// instantiates, and only needs the functions of, the variant it uses.
+// Standard mode's step functions, exact-formula (tag false) or fast (tag true: the Metal, CUDA
+// and CPU scans; the CPU's fast log and reciprocal are its exact ones, its decay a polynomial).
+// Overloads on a tag type rather than a branch, so a backend only instantiates, and only needs
+// the functions of, the variant it uses.
 template <bool FAST>
 struct sl_fast_tag {};
 

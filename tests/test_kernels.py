@@ -3,7 +3,8 @@
 On Linux CI that is the CPU library (kernels/cpu_kernels.cpp); on an NVIDIA host with
 mlx[cuda13] the same tests exercise the CUDA kernels, and on Apple Silicon the Metal ones.
 Tolerances: conv vs mx.conv1d fallback max abs diff <= 1e-5; scan vs float64 reference relative
-RMS error <= 1e-5 (both modes); polynomial exp max relative error <= 3.8e-6 on [-86, 0].
+RMS error <= 1e-5 (both modes); polynomial exp max relative error <= 3.8e-6 on [-86, 0]; the
+CPU's standard-mode decay 2^x max relative error <= 2e-7 on [-126, 0].
 """
 
 from __future__ import annotations
@@ -331,6 +332,31 @@ def test_exp_poly_accuracy_and_cutoff():
     assert np.all(np.rint(below.astype(np.float64) * np.log2(np.e)) < -126)
     assert np.all(kernels.cpu_exp_poly(below) == 0.0)
     assert kernels.cpu_exp_poly(np.array([-np.inf], np.float32))[0] == 0.0
+
+
+#: 2^x in float32 on the standard decay's domain, against float64: the degree-5 polynomial's
+#: 1.6e-7 (FMA) / 1.8e-7 (no FMA) plus the exact exponent-field scale; 2e-7 covers every ISA.
+EXP2_DECAY_RTOL = 2e-7
+
+
+@needs_cpu_library
+@pytest.mark.parametrize("isa", [0, *sorted(ISA_NAMES)])
+def test_exp2_decay_accuracy_and_cutoff(isa):
+    """The standard-mode scan decay 2^x (x <= 0), each ISA build: max relative error over a
+    dense grid where the result is a normal float, exactly 1 at 0, 0 from -127 down (and for
+    -inf and NaN), never above 1."""
+    lib = kernels.cpu_library()
+    if isa and lib.isa(isa) != isa:
+        pytest.skip(f"this CPU has no {ISA_NAMES[isa]} (best here: {lib.isa_name()})")
+    x = np.concatenate([np.linspace(-126.0, 0.0, 2_000_001), -np.geomspace(1e-30, 1.0, 10_001)])
+    x = x.astype(np.float32)
+    y = kernels.cpu_exp2_decay(x, isa=isa)
+    rel = np.abs(y.astype(np.float64) / np.exp2(x.astype(np.float64)) - 1.0)
+    assert rel.max() <= EXP2_DECAY_RTOL, rel.max()
+    assert np.all(y <= 1.0)
+    assert np.all(kernels.cpu_exp2_decay(np.float32([0.0, -0.0]), isa=isa) == 1.0)
+    below = np.float32([-127.0, -200.0, -1e30, -np.inf, np.nan])
+    assert np.array_equal(kernels.cpu_exp2_decay(below, isa=isa), np.zeros(5, np.float32))
 
 
 @needs_cpu_library

@@ -62,7 +62,7 @@ from .build import CPU_COMPILE_FLAGS  # noqa: E402
 from .compiler import compile_cpu_library, find_cxx  # noqa: E402
 from .contract import CONV_WIDTH, D_STATE, KernelInputError  # noqa: E402
 from .cpu_binding import CPU_THREADS_ENV, cpu_library, cpu_threads, usable_cores  # noqa: E402
-from .cpu_ops import cpu_exp_poly, instance_norm_prelu  # noqa: E402
+from .cpu_ops import cpu_exp2_decay, cpu_exp_poly, instance_norm_prelu  # noqa: E402
 from .dispatch import (  # noqa: E402
     DISABLE_CONV_ENV,
     DISABLE_CONV_ENV_ALIAS,
@@ -83,8 +83,8 @@ __all__ = [
     "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_THREADS_ENV", "DISABLE_CONV_ENV",
     "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError",
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "causal_conv1d",
-    "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp_poly",
-    "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
+    "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
+    "cpu_exp_poly", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
     "kernel_info", "kernel_source_dir", "mamba_conv", "mamba_scan", "selective_scan",
     "selective_scan_ops", "usable_cores",
 ]

@@ -82,6 +82,7 @@ class CpuLibrary:
         self.causal_conv1d = _Entry(lib, "sl_cpu_causal_conv1d", _CONV_PARAMS, _INT)
         self.selective_scan = _Entry(lib, "sl_cpu_selective_scan", _SCAN_PARAMS, _INT)
         self.exp_poly = _Entry(lib, "sl_cpu_exp_poly", _EXP_POLY_PARAMS, None)
+        self.exp2_decay = _Entry(lib, "sl_cpu_exp2_decay", _EXP_POLY_PARAMS, None)
         self.channel_sums = _Entry(lib, "sl_cpu_channel_sums", _CHANNEL_SUMS_PARAMS, None)
         self.affine_prelu = _Entry(lib, "sl_cpu_affine_prelu", _AFFINE_PRELU_PARAMS, None)
         self._isa = _Entry(lib, "sl_cpu_isa", (("requested", _INT),), _INT)

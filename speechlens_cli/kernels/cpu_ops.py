@@ -138,10 +138,20 @@ def instance_norm_prelu(tiles: list[mx.array], weight: mx.array, bias: mx.array,
 
 def cpu_exp_poly(x: np.ndarray, isa: int = -1) -> np.ndarray:
     """The strict-mode decay exponential of kernels/sl_mamba.h, run by the CPU library."""
+    return _map(lambda lib: lib.exp_poly, x, isa)
+
+
+def cpu_exp2_decay(x: np.ndarray, isa: int = -1) -> np.ndarray:
+    """2^x for x <= 0, the CPU library's standard-mode scan decay (sl_exp2_fast_decay)."""
+    return _map(lambda lib: lib.exp2_decay, x, isa)
+
+
+def _map(entry, x: np.ndarray, isa: int) -> np.ndarray:
+    """A CPU library math function, picked from the library by `entry`, over the floats x."""
     lib = cpu_library()
     if lib is None:
         raise RuntimeError("the CPU kernel library is unavailable")
     xv = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(xv)
-    lib.exp_poly(x=xv.ctypes.data, y=out.ctypes.data, n=xv.size, isa=isa)
+    entry(lib)(x=xv.ctypes.data, y=out.ctypes.data, n=xv.size, isa=isa)
     return out
