@@ -88,6 +88,16 @@ def enhance_channels(model: SEMamba, audio: np.ndarray, sample_rate: int,
     return out
 
 
+def window_enhancer(model: SEMamba, sample_rate: int, strict: bool, name: str):
+    """enhance_channels for the windows of the file `name`, whose failures name it."""
+    def enhance_window(window: np.ndarray) -> np.ndarray:
+        try:
+            return enhance_channels(model, window, sample_rate, strict)
+        except EnhancementError as error:
+            raise EnhancementError(f"{name}: {error}") from None
+    return enhance_window
+
+
 def enhance(
     audio: np.ndarray, sample_rate: int, *, model: ModelSpec = None, strict: bool = False
 ) -> np.ndarray:
@@ -192,8 +202,7 @@ def run_plan(
     plan.destination.parent.mkdir(parents=True, exist_ok=True)
     with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:
         result = enhance_stream(
-            plan.source, temporary,
-            lambda window: enhance_channels(model, window, rate, strict),
+            plan.source, temporary, window_enhancer(model, rate, strict, plan.name),
             geometry, plan.output, name=plan.name, progress=progress,
             output_name=str(plan.destination), info=plan.info,
         )

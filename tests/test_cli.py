@@ -23,8 +23,10 @@ import pytest
 import soundfile as sf
 from click.testing import CliRunner
 
-from speechlens_cli import blas, checkpoint, cli, kernels
+from speechlens_cli import api, blas, checkpoint, cli, kernels
+from speechlens_cli.audio import AudioInfo, OutputFormat
 from speechlens_cli.cli import main
+from speechlens_cli.cli.reporting import ProgressDisplay
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, write_checkpoint
 from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import make_audio
@@ -191,7 +193,10 @@ def test_batch_finishes_the_others_then_resumes_without_redoing(tmp_path, tree, 
             (before.format, before.subtype, before.channels, before.frames, before.samplerate)
     assert not (out / "sub" / "corrupt.wav").exists() and not (out / "notes.txt").exists()
     assert not leftovers(tmp_path)
-    assert "failed: " in result.stderr and "corrupt.wav" in result.stderr
+    failure = f"error: {records['corrupt.wav']['error']}"
+    assert failure.startswith(f"error: {tree / 'sub' / 'corrupt.wav'}: ")
+    assert result.stderr.splitlines().count(failure) == 1   # once, not again in the summary
+    assert result.stderr.count("corrupt.wav") == 1
     assert f"skipped, not audio: {tree / 'notes.txt'}" in result.stderr
     assert result.stderr.strip().splitlines()[-1] == "error: 1 of 4 files failed (listed above)"
 
@@ -204,6 +209,33 @@ def test_batch_finishes_the_others_then_resumes_without_redoing(tmp_path, tree, 
                         "corrupt.wav": "failed", "notes.txt": "not-audio"}
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*") if p.is_file()} == stamps
     assert load_count[0] == 1
+
+
+def test_quiet_batch_still_names_each_failure_once(tmp_path, tree, tiny_checkpoint):
+    """-q is "errors only": the failed file's line and the batch's verdict, nothing else."""
+    result = invoke("enhance", tree, tmp_path / "out", "--model", tiny_checkpoint, "-q")
+    assert result.exit_code == 3
+    failure, verdict = result.stderr.strip().splitlines()
+    assert failure.startswith(f"error: {tree / 'sub' / 'corrupt.wav'}: not a readable audio")
+    assert verdict == "error: 1 of 4 files failed (listed above)"
+
+
+def test_batch_time_remaining_follows_audio_seconds_not_files():
+    """After a 1 s file of a batch of 1 s + 9 s, a tenth is done, not a half; the estimate of
+    the time left (Rich's TimeRemainingColumn on the batch bar) follows from that."""
+    display = ProgressDisplay(quiet=True, batch=True, total=2)
+
+    def plan(seconds: int) -> api.FilePlan:
+        return api.FilePlan(Path("x.wav"), Path("y.wav"), AudioInfo(seconds * RATE, RATE, 1,
+                            "WAV", "PCM_16"), OutputFormat("WAV", "PCM_16"), False, "x.wav")
+
+    display.batch_seconds(10.0)
+    batch = display.progress.tasks[display.files]
+    display.file_progress(plan(1))(RATE)
+    display.file_finished(1)
+    assert (batch.completed, batch.total, batch.fields["shown"]) == (1.0, 10.0, "1/2 files")
+    display.file_progress(plan(9))(RATE * 9 // 2)
+    assert batch.completed == 5.5
 
 
 def test_batch_without_failures_exits_0(tmp_path, tiny_checkpoint):

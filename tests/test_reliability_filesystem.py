@@ -56,18 +56,71 @@ def batch(tmp_path) -> Path:
 # ------------------------------------------------------------------------------ unwritable
 
 @pytest.mark.parametrize("code", [errno.EROFS, errno.EACCES], ids=["read-only", "no-permission"])
-def test_unwritable_destination_fails_every_file_before_the_model(tmp_path, batch, monkeypatch,
-                                                                  code):
+def test_unwritable_destination_stops_the_batch_before_the_model(tmp_path, batch, monkeypatch,
+                                                                 code):
+    """One line for the whole batch, not one per file; the model (missing here) is never
+    needed and nothing is written."""
     out = tmp_path / "out"
     out.mkdir()
     refused = refuse_writes(monkeypatch, out, code)
     result = invoke("enhance", batch, out, "--model", tmp_path / "no-such-model", "--json")
-    assert result.exit_code == 3, result.output   # the model was never needed
-    records = _records(result)
-    assert {r["status"] for r in records.values()} == {"failed"}
-    for record in records.values():
-        assert f"not writable ({os.strerror(code)})" in record["error"]
+    assert result.exit_code == 1, result.output
+    assert one_error_line(result.stderr) == f"error: {out}: not writable ({os.strerror(code)})"
+    assert result.stdout == ""
     assert refused and list(out.iterdir()) == []
+
+
+def _full_device(monkeypatch, root: Path) -> None:
+    """os.statvfs reports no free blocks for `root` (an empty file still fits on a full disk)."""
+    real = os.statvfs
+
+    def statvfs(path):
+        found = real(path)
+        if Path(path).absolute() != root.absolute():
+            return found
+        return os.statvfs_result((*found[:3], 0, 0, *found[5:]))
+    monkeypatch.setattr(os, "statvfs", statvfs)
+
+
+@cases(3)
+def test_every_shared_destination_problem_is_one_line(tmp_path, batch, monkeypatch):
+    """A full device, a file where the output folder would go, and --suffix beside inputs in a
+    read-only folder: each stops the batch in one line before the model."""
+    missing_model = ("--model", tmp_path / "no-such-model")
+    full = tmp_path / "full"
+    full.mkdir()
+    _full_device(monkeypatch, full)
+    result = invoke("enhance", batch, full / "out", *missing_model)
+    assert one_error_line(result.stderr) == \
+        f"error: {full}: not writable ({os.strerror(errno.ENOSPC)})"
+    assert result.exit_code == 1 and list(full.iterdir()) == []
+
+    (tmp_path / "file").write_bytes(b"not a folder")
+    result = invoke("enhance", batch, tmp_path / "file" / "out", *missing_model)
+    assert one_error_line(result.stderr) == f"error: {tmp_path / 'file'}: is a file, not a folder"
+    assert result.exit_code == 1
+
+    refuse_writes(monkeypatch, batch)
+    before = tree_bytes(batch)
+    result = invoke("enhance", *sorted(batch.iterdir()), "--suffix", "_clean", *missing_model)
+    assert one_error_line(result.stderr) == \
+        f"error: {batch}: not writable ({os.strerror(errno.EROFS)})"
+    assert result.exit_code == 1 and tree_bytes(batch) == before
+
+
+def test_a_problem_of_one_output_folder_fails_only_its_files(tmp_path, batch, tiny_checkpoint,
+                                                            monkeypatch):
+    """Not shared: with --suffix, a.wav is written beside itself; x.wav's folder is read-only, so
+    x alone fails, in one line printed once (not again in the summary)."""
+    stuck = make_audio(tmp_path / "ro" / "x.wav")
+    refuse_writes(monkeypatch, stuck.parent)
+    result = invoke("enhance", batch / "a.wav", stuck, "--suffix", "_clean",
+                    "--model", tiny_checkpoint)
+    assert result.exit_code == 3, result.output
+    line = f"error: {stuck.parent}: not writable ({os.strerror(errno.EROFS)})"
+    assert result.stderr.count(f"{stuck.parent}: not writable") == 1
+    assert line in result.stderr.splitlines()
+    assert (batch / "a_clean.wav").is_file() and sorted(stuck.parent.iterdir()) == [stuck]
 
 
 def test_unwritable_single_file_is_one_line(tmp_path, monkeypatch, tiny_checkpoint):

@@ -23,7 +23,10 @@ _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, er
 
 
 def check_writable(folder: Path) -> None:
-    """Prove `folder` accepts new files by creating and removing one (root ignores permissions)."""
+    """Prove `folder` accepts new files by creating and removing one (root ignores permissions),
+    and that its device has room left (a full one still accepts an empty file)."""
+    if folder.exists() and not folder.is_dir():
+        raise OutputError(f"{folder}: is a file, not a folder")
     if not folder.is_dir():
         raise OutputError(f"{folder}: output folder does not exist")
     try:
@@ -31,6 +34,10 @@ def check_writable(folder: Path) -> None:
             pass
     except OSError as error:
         raise OutputError(f"{folder}: not writable ({error.strerror or error})") from None
+    with contextlib.suppress(OSError):
+        device = os.statvfs(folder)
+        if device.f_blocks and not device.f_bavail:
+            raise OutputError(f"{folder}: not writable ({os.strerror(errno.ENOSPC)})")
 
 
 def nearest_existing(folder: Path) -> Path:

@@ -21,7 +21,7 @@ from ..pipeline import (
     check_settings,
 )
 from .app import main
-from .jobs import collect_jobs, left_alone
+from .jobs import check_shared_destination, collect_jobs, left_alone
 from .license import confirm_license
 from .reporting import Reporter
 from .runner import EnhanceOptions, run_jobs
@@ -177,6 +177,8 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
         jobs, others = share.take(jobs, others)
+        if batch:
+            check_shared_destination(jobs, skip_existing=skip_existing)
         if jobs and not dry_run:  # the license before anything could start a download
             confirm_license(model, accept_license, may_ask="-" not in paths)
 

@@ -53,6 +53,26 @@ def folder_jobs(source: Path, destination: Path) -> tuple[list[Job], list]:
     return jobs, [*scan.other, *scan.skipped]
 
 
+def check_shared_destination(jobs: list[Job], *, skip_existing: bool) -> None:
+    """Stop a batch whose every output folder fails (unwritable, full, a file where the folder
+    goes) before its first file, in one line, rather than failing each file with it in turn."""
+    folders = sorted({audio_io.nearest_existing(job.destination.parent) for job in jobs
+                      if not (skip_existing and job.destination.exists())})
+    failures = []
+    for folder in folders:
+        try:
+            audio_io.check_writable(folder)
+        except OutputError as error:
+            failures.append(error)
+        else:
+            return
+    if len(failures) > 1:
+        raise OutputError(f"{failures[0]}; and so are the other {len(failures) - 1} output "
+                          "folders")
+    if failures:
+        raise failures[0]
+
+
 def left_alone(item) -> FileResult:
     """The result of a file a folder batch does not enhance (see folder_jobs)."""
     if isinstance(item, audio_io.Skipped):

@@ -12,13 +12,14 @@ from .. import audio as audio_io
 from ..api import FilePlan
 from ..results import FileResult, Status
 
-_STYLES = {Status.DONE: "green", Status.FAILED: "red", Status.SKIPPED: "yellow",
+_STYLES = {Status.DONE: "green", Status.SKIPPED: "yellow",
            Status.NOT_AUDIO: "dim", Status.PLANNED: "cyan"}
 
 
 class ProgressDisplay:
-    """Progress bars on stderr (a terminal only): the batch's files, and the current file in
-    seconds of audio. Notes are printed through it so they do not tear the bars."""
+    """Progress bars on stderr (a terminal only): the batch, in seconds of audio, so its time
+    remaining weighs a long file as such; the current file in seconds of audio. Notes are printed
+    through it so they do not tear the bars."""
 
     def __init__(self, *, quiet: bool, batch: bool, total: int):
         from rich.console import Console
@@ -31,36 +32,48 @@ class ProgressDisplay:
             TimeRemainingColumn(), console=self.console, transient=True,
             disable=quiet or not self.console.is_terminal,
         )
-        self.files = self.progress.add_task("files", total=total, shown=f"0/{total} files") \
+        self.total_files = total
+        self.files = self.progress.add_task("batch", total=None, shown=f"0/{total} files") \
             if batch else None
         self.current = None
+        self.seconds_done = 0.0    # audio of the batch's finished runs
+        self.current_seconds = 0.0
 
     def print(self, message: str) -> None:
         self.progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
 
+    def batch_seconds(self, seconds: float) -> None:
+        """The audio the batch will enhance, once every file is planned: the batch bar's total."""
+        if self.files is not None:
+            self.progress.update(self.files, total=seconds, completed=0)
+
     def file_progress(self, plan: FilePlan):
-        """A pipeline progress callback showing this file in audio seconds."""
+        """A pipeline progress callback showing this file, and the batch, in audio seconds."""
         rate, seconds = plan.info.sample_rate, plan.info.seconds
+        self.current_seconds = seconds
         self.current = self.progress.add_task(Path(plan.name).name, total=seconds,
                                               shown=f"0.0/{seconds:.1f} s")
 
         def update(frames: int) -> None:
             self.progress.update(self.current, completed=frames / rate,
                                  shown=f"{frames / rate:.1f}/{seconds:.1f} s")
+            if self.files is not None:
+                self.progress.update(self.files, completed=self.seconds_done + frames / rate)
         return update
 
     def file_finished(self, finished: int) -> None:
         if self.current is not None:
             self.progress.remove_task(self.current)
             self.current = None
+            self.seconds_done += self.current_seconds
         if self.files is not None:
-            total = self.progress.tasks[self.files].total
-            self.progress.update(self.files, completed=finished,
-                                 shown=f"{finished}/{total:g} files")
+            self.progress.update(self.files, completed=self.seconds_done,
+                                 shown=f"{finished}/{self.total_files} files")
 
 
 def print_summary(console, results: list[FileResult]) -> None:
-    """The batch's table, one row per file, and the count per status."""
+    """The batch's table, one row per file that did not fail (each failure was its own error line
+    as it happened), and the count per status."""
     from rich.table import Table
     from rich.text import Text
 
@@ -68,12 +81,15 @@ def print_summary(console, results: list[FileResult]) -> None:
     for column in ("input", "status", "audio", "note"):
         table.add_column(column)
     for result in results:
-        note = result.get("error") or result.get("reason") or (
+        if result.status is Status.FAILED:
+            continue
+        note = result.get("reason") or (
             f"{result.get('clamped')} samples clamped" if result.get("clamped") else "")
         audio = f"{result.fields['seconds']:.2f} s" if "seconds" in result.fields else ""
         table.add_row(Text(result.input), Text(result.status.value, _STYLES[result.status]),
                       audio, Text(note))
-    console.print(table)
+    if table.row_count:
+        console.print(table)
     counts: dict[str, int] = {}
     for result in results:
         counts[result.status.value] = counts.get(result.status.value, 0) + 1
@@ -94,6 +110,7 @@ class Reporter:
         self.display = ProgressDisplay(quiet=quiet, batch=batch, total=total)
         self.progress = self.display.progress
         self.file_progress = self.display.file_progress
+        self.batch_seconds = self.display.batch_seconds
 
     def note(self, message: str, *, verbose: bool = False) -> None:
         if not self.quiet and (self.verbose or not verbose):
@@ -117,8 +134,8 @@ class Reporter:
                 self.note(f"enhanced {result.input} -> {result.output}: "
                           f"{result['seconds']:.2f} s of audio in "
                           f"{result['elapsed_seconds']:.2f} s")
-        elif result.status is Status.FAILED and self.batch:
-            self.note(f"failed: {result['error']}")
+        elif result.status is Status.FAILED and self.batch:  # a single file's is raised
+            self.display.print(f"error: {result['error']}")  # errors show under --quiet too
         elif result.status is Status.NOT_AUDIO:
             self.note(f"skipped, not audio: {result.input}")
 

@@ -31,11 +31,12 @@ class EnhanceOptions:
 
 def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
              batch: bool) -> list[SpeechlensError]:
-    """Check and run every job in order; the model is loaded once, at the first real work.
+    """Plan every job, then report or run each in order; the model is loaded once, at the first
+    real work. Planning all first gives the batch's progress its total of audio seconds.
 
     A file that fails is recorded and the next one runs; a model that cannot load stops the run.
     """
-    model, errors, outputs, notes = None, [], set(), set()
+    model, errors, notes = None, [], set()
 
     def fail(job: Job, error: SpeechlensError) -> None:
         """Record a failure; an output that appeared meanwhile is a skip under --skip-existing
@@ -47,20 +48,14 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         reporter.record(FileResult(job.name, job.shown_output, Status.FAILED,
                                    {"error": str(error)}))
 
-    for job in jobs:
-        if options.skip_existing and job.destination.exists() \
-                and not audio_io.same_file(job.source, job.destination):
-            reporter.record(_skipped(job))
+    outcomes = _plan_jobs(jobs, options, batch=batch)
+    reporter.batch_seconds(sum(o.info.seconds for o in outcomes if isinstance(o, api.FilePlan)))
+    for job, plan in zip(jobs, outcomes, strict=True):
+        if isinstance(plan, FileResult):
+            reporter.record(plan)
             continue
-        try:
-            if job.destination.resolve() in outputs:
-                raise OutputError(f"{job.destination}: is also the output of another input")
-            outputs.add(job.destination.resolve())
-            plan = api.plan_file(job.source, job.destination, overwrite=options.overwrite,
-                                 subtype=options.subtype, container=job.container, name=job.name,
-                                 create_folders=batch, track=options.track)
-        except SpeechlensError as error:
-            fail(job, error)
+        if isinstance(plan, SpeechlensError):
+            fail(job, plan)
             continue
         if plan.output.note and plan.output.note not in notes:  # once a run, not once a file
             notes.add(plan.output.note)
@@ -89,6 +84,29 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
             audio_io.copy_to_stream(job.destination, sys.stdout.buffer)
         reporter.record(FileResult(job.name, job.shown_output, result.status, result.fields))
     return errors
+
+
+def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *,
+               batch: bool) -> list[api.FilePlan | SpeechlensError | FileResult]:
+    """Each job's plan, the error that refuses it, or its result already (an existing output
+    kept under --skip-existing)."""
+    outcomes, outputs = [], set()
+    for job in jobs:
+        if options.skip_existing and job.destination.exists() \
+                and not audio_io.same_file(job.source, job.destination):
+            outcomes.append(_skipped(job))
+            continue
+        try:
+            if job.destination.resolve() in outputs:
+                raise OutputError(f"{job.destination}: is also the output of another input")
+            outputs.add(job.destination.resolve())
+            outcomes.append(api.plan_file(
+                job.source, job.destination, overwrite=options.overwrite,
+                subtype=options.subtype, container=job.container, name=job.name,
+                create_folders=batch, track=options.track))
+        except SpeechlensError as error:
+            outcomes.append(error)
+    return outcomes
 
 
 def _skipped(job: Job) -> FileResult:
