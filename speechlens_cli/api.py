@@ -29,9 +29,12 @@ from .pipeline import (
     DEVICES,
     Geometry,
     ProgressFn,
+    check_atten_lim,
     check_settings,
     check_window_memory,
     enhance_stream,
+    mix_original,
+    original_share,
 )
 from .results import FileResult, Status
 
@@ -99,13 +102,16 @@ def window_enhancer(model: SEMamba, sample_rate: int, strict: bool, name: str):
 
 
 def enhance(
-    audio: np.ndarray, sample_rate: int, *, model: ModelSpec = None, strict: bool = False
+    audio: np.ndarray, sample_rate: int, *, model: ModelSpec = None, strict: bool = False,
+    atten_lim_db: float | None = None,
 ) -> np.ndarray:
     """Enhance a whole in-memory signal.
 
     `audio` is [N] or [N, channels] (soundfile's layout), float in [-1, 1] full scale; the result
     has the same shape, float32. Peaks above full scale are kept, never clipped or rescaled.
+    `atten_lim_db` keeps some of the original (pipeline.mix_original).
     """
+    check_atten_lim(atten_lim_db)
     check_sample_rate(sample_rate)
     array = np.asarray(audio)
     if array.ndim not in (1, 2) or not np.issubdtype(array.dtype, np.number):
@@ -125,7 +131,7 @@ def enhance(
         raise AudioInputError(
             f"the model output NaN or Inf (the input peaks at {peak:.3g} times full scale)"
         )
-    return out.reshape(array.shape)
+    return mix_original(as_channels, out, original_share(atten_lim_db)).reshape(array.shape)
 
 
 @dataclass(frozen=True)
@@ -192,8 +198,10 @@ def run_plan(
     chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
     overlap: float = DEFAULT_OVERLAP,
     progress: ProgressFn | None = None,
+    atten_lim_db: float | None = None,
 ) -> FileResult:
-    """Stream one planned file through `model` into a temporary file, then rename it into place."""
+    """Stream one planned file through `model` into a temporary file, then rename it into place;
+    `atten_lim_db` keeps some of the original (pipeline.mix_original)."""
     rate = plan.info.sample_rate
     check_length(model, plan.info.frames, rate, f"{plan.name}:")
     geometry = Geometry.from_seconds(chunk_seconds, overlap, rate)
@@ -204,7 +212,7 @@ def run_plan(
         result = enhance_stream(
             plan.source, temporary, window_enhancer(model, rate, strict, plan.name),
             geometry, plan.output, name=plan.name, progress=progress,
-            output_name=str(plan.destination), info=plan.info,
+            output_name=str(plan.destination), info=plan.info, atten_lim_db=atten_lim_db,
         )
     return FileResult(plan.name, str(plan.destination), Status.DONE, {
         **plan.facts(), "frames": result.frames, "windows": result.windows,
@@ -223,16 +231,19 @@ def enhance_file(
     overlap: float = DEFAULT_OVERLAP,
     subtype: str | None = None,
     progress: ProgressFn | None = None,
+    atten_lim_db: float | None = None,
 ) -> dict:
     """Enhance one audio file into another, streaming: same rate, channels, length and format.
 
     Checks the input and the destination before the model is loaded. Returns what the CLI's
     `--json` prints for the file; `clamped` counts samples an integer format had to clamp.
+    `atten_lim_db` keeps some of the original (pipeline.mix_original).
     """
     check_settings(chunk_seconds, overlap)
+    check_atten_lim(atten_lim_db)
     plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype)
     return run_plan(plan, get_model(model), strict=strict, chunk_seconds=chunk_seconds,
-                    overlap=overlap, progress=progress).as_dict()
+                    overlap=overlap, progress=progress, atten_lim_db=atten_lim_db).as_dict()
 
 
 def select_device(name: str = DEFAULT_DEVICE) -> str:

@@ -129,6 +129,28 @@ def _size(count: int) -> str:
     return f"{count / 2**30:.1f} GiB" if count >= 2**30 else f"{count / 2**20:.0f} MiB"
 
 
+def check_atten_lim(atten_lim_db: float | None) -> None:
+    """The CLI's and the API's accepted attenuation limit: None (no limit) or 0 dB and up."""
+    if atten_lim_db is not None and not atten_lim_db >= 0:
+        raise UsageError(f"attenuation limit {atten_lim_db:g} dB: give 0 dB (the input "
+                         "unchanged) or more, inf for no limit")
+
+
+def original_share(atten_lim_db: float | None) -> float:
+    """The share g = 10^(-L/20) of the original mixed back under an attenuation limit of L dB
+    (0 for no limit)."""
+    return 0.0 if atten_lim_db is None else 10.0 ** (-atten_lim_db / 20.0)
+
+
+def mix_original(original: np.ndarray, enhanced: np.ndarray, share: float) -> np.ndarray:
+    """g * original + (1 - g) * enhanced: whatever the model removes from the original stays at
+    g of its level, L dB down at most; g = 1 (0 dB) is the original exactly, g = 0 the
+    enhanced audio exactly."""
+    if share == 0.0:
+        return enhanced
+    return (np.float32(share) * original + np.float32(1.0 - share) * enhanced).astype(np.float32)
+
+
 def crossfade_weights(length: int) -> tuple[np.ndarray, np.ndarray]:
     """sin^2 fade-in and cos^2 fade-out over `length` samples, as [length, 1] float64."""
     t = (np.arange(length, dtype=np.float64) + 0.5) / max(length, 1)
@@ -184,6 +206,7 @@ def enhance_stream(
     progress: ProgressFn | None = None,
     output_name: str | None = None,
     info: AudioInfo | None = None,
+    atten_lim_db: float | None = None,
 ) -> StreamResult:
     """Enhance `source` into `destination` window by window, writing each block once it is final.
 
@@ -194,12 +217,15 @@ def enhance_stream(
     that of a file shorter than one window has the full length.
 
     `output_name` names the output in error messages (`destination` may be a temporary name);
-    `info`, the input's (from planning), spares reading it again.
+    `info`, the input's (from planning), spares reading it again. `atten_lim_db` mixes each
+    enhanced window with its input (mix_original) before the cross-fade, which is linear, so
+    the limit holds across window boundaries too.
     The closed output is read back before returning; a window the model turns into NaN or Inf
     (finite input far beyond full scale overflows the STFT) stops the file, never reaching it.
     """
     name = name or str(source)
     shown = output_name or str(destination)
+    share = original_share(atten_lim_db)
     with open_reader(source, name, info) as (handle, info), bounded_cache():
         reader = _WindowReader(handle, info.frames, name)
         starts = geometry.starts(info.frames)
@@ -222,6 +248,7 @@ def enhance_stream(
                         f"{start / info.sample_rate:.2f} s (the input peaks at "
                         f"{float(np.abs(window).max()):.3g} times full scale there)"
                     )
+                enhanced = mix_original(window, enhanced, share)
                 if len(tail):
                     fade_in, fade_out = crossfade_weights(len(tail))
                     head = enhanced[sink.written - start:sink.written - start + len(tail)]

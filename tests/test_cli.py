@@ -238,6 +238,23 @@ def test_batch_time_remaining_follows_audio_seconds_not_files():
     assert batch.completed == 5.5
 
 
+def test_atten_lim_reaches_the_file_and_the_api(tmp_path, tiny_checkpoint):
+    """--atten-lim 0 gives the input back sample for sample (so does the API's in-memory
+    enhance); a negative limit is a usage error in one line."""
+    src = make_audio(tmp_path / "in.wav", 900)
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--atten-lim", "0")
+    assert result.exit_code == 0, result.output
+    original = sf.read(str(src), dtype="int16")[0]
+    np.testing.assert_array_equal(sf.read(str(tmp_path / "out.wav"), dtype="int16")[0], original)
+    audio = sf.read(str(src), dtype="float32")[0]
+    np.testing.assert_array_equal(api.enhance(audio, RATE, model=tiny_checkpoint,
+                                              atten_lim_db=0.0), audio)
+    refused = invoke("enhance", src, tmp_path / "other.wav", "--atten-lim", "-3")
+    assert refused.exit_code == 2
+    assert one_error_line(refused).startswith("error: attenuation limit -3 dB")
+
+
 def test_batch_without_failures_exits_0(tmp_path, tiny_checkpoint):
     make_audio(tmp_path / "in" / "x" / "one.wav")
     result = invoke("enhance", tmp_path / "in", tmp_path / "out", "--model", tiny_checkpoint)

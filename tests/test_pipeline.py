@@ -26,6 +26,7 @@ from speechlens_cli.pipeline import (
     DEFAULT_CHUNK_SECONDS,
     DEFAULT_OVERLAP,
     Geometry,
+    check_atten_lim,
     check_settings,
     crossfade_weights,
     enhance_stream,
@@ -223,6 +224,68 @@ def test_output_length_equals_input_length(tmp_path, model, frames):
     assert result.frames == frames
     assert sf.info(str(dst)).frames == frames
     assert np.isfinite(read_output(dst)).all()
+
+
+# ------------------------------------------------------------------------------ attenuation limit
+
+@pytest.mark.parametrize("subtype", ["FLOAT", "PCM_16"])
+def test_a_0_db_limit_returns_the_input_unchanged(tmp_path, model, subtype):
+    """Model windows, cross-faded seams and all: every sample comes back as it was read."""
+    src, dst = tmp_path / "in.wav", tmp_path / "out.wav"
+    x = write_input(src, noisy_speech(RATE, 2600 / RATE, channels=2, seed=6), subtype=subtype)
+    result = enhance_stream(src, dst, model_window(model), GEOMETRY,
+                            OutputFormat("WAV", subtype), atten_lim_db=0.0)
+    assert result.windows == 4
+    np.testing.assert_array_equal(read_output(dst), x)
+    if subtype == "PCM_16":
+        assert sf.read(str(dst), dtype="int16")[0].tobytes() == \
+            sf.read(str(src), dtype="int16")[0].tobytes()
+
+
+def test_no_limit_is_the_enhanced_output_bit_for_bit(tmp_path, model):
+    """No limit and an infinite one are both the plain enhanced stream; a finite one is not."""
+    src = tmp_path / "in.wav"
+    write_input(src, noisy_speech(RATE, 2600 / RATE, seed=7)[:, None])
+    outputs = {}
+    for limit in (None, math.inf, 12.0):
+        dst = tmp_path / f"out-{limit}.wav"
+        enhance_stream(src, dst, model_window(model), GEOMETRY, FLOAT_WAV, atten_lim_db=limit)
+        outputs[limit] = dst.read_bytes()
+    plain = tmp_path / "plain.wav"
+    enhance_stream(src, plain, model_window(model), GEOMETRY, FLOAT_WAV)
+    assert outputs[None] == outputs[math.inf] == plain.read_bytes()
+    assert outputs[12.0] != outputs[None]
+
+
+@pytest.mark.parametrize("limit", [6.0, 20.0])
+def test_a_finite_limit_bounds_the_attenuation_of_every_sample(tmp_path, limit):
+    """A model that only attenuates (a per-sample gain in [0, 1], different in every window, so
+    the seams blend two gains) brings no sample more than `limit` dB down; one that removes
+    everything (gain 0) leaves the input exactly `limit` dB down. Length exact, 4 windows."""
+    src = tmp_path / "in.wav"
+    x = write_input(src, noisy_speech(RATE, 2600 / RATE, seed=8)[:, None])
+    floor = 10 ** (-limit / 20)
+    rng = np.random.default_rng(0)
+    masks = {"random": lambda w: (rng.uniform(0, 1, w.shape) * w).astype(np.float32),
+             "silence": np.zeros_like}
+    for kind, window_fn in masks.items():
+        dst = tmp_path / f"{kind}.wav"
+        result = enhance_stream(src, dst, window_fn, GEOMETRY, FLOAT_WAV, atten_lim_db=limit)
+        out = read_output(dst)
+        assert (result.windows, len(out)) == (4, len(x))
+        loud = np.abs(x) > 1e-4
+        gain = out[loud] / x[loud]
+        assert gain.min() >= floor * (1 - 1e-5) and gain.max() <= 1 + 1e-5
+        if kind == "silence":
+            np.testing.assert_allclose(gain, floor, rtol=1e-5)
+        else:
+            assert gain.min() < floor * 1.1   # the bound is reached, not merely respected
+
+
+@pytest.mark.parametrize("bad", [-3.0, math.nan])
+def test_a_negative_or_nan_limit_is_refused(bad):
+    with pytest.raises(UsageError, match="attenuation limit"):
+        check_atten_lim(bad)
 
 
 def test_stereo_channels_equal_their_mono_runs(tmp_path, model):

@@ -18,6 +18,7 @@ from ..pipeline import (
     DEFAULT_DEVICE,
     DEFAULT_OVERLAP,
     DEVICES,
+    check_atten_lim,
     check_settings,
 )
 from .app import main
@@ -93,6 +94,8 @@ Examples:
   speechlens enhance talk.mkv clean.mkv --track 1   the second audio track instead
   speechlens enhance noisy.wav clean.flac      another container: the suffix decides
   speechlens enhance *.m4a --suffix _clean     clean copies next to the inputs
+  speechlens enhance in.wav out.wav --atten-lim 12   keep some of the original:
+                                               what is removed goes at most 12 dB down
   speechlens enhance recordings/ cleaned/      a folder, recursively, into a mirrored tree
   speechlens enhance a.wav b.m4a -o cleaned/   several files into one folder
   speechlens enhance - - < in.wav > out.wav    WAV through stdin and stdout
@@ -124,6 +127,12 @@ failed, 130 interrupted. Every failure is one line on stderr; no partial output 
               help="Window length in seconds (5-30).")
 @click.option("--overlap", type=float, default=DEFAULT_OVERLAP,
               help="Cross-fade between windows, as a fraction of the window (0-0.5).")
+@click.option("--atten-lim", "atten_lim_db", type=float, default=None, metavar="DB",
+              show_default=False,
+              help="Limit the attenuation to DB decibels: each window is mixed as "
+                   "g*input + (1-g)*enhanced with g = 10^(-DB/20), so what the model removes "
+                   "ends up at most DB dB down (0: the input unchanged; inf: no limit) "
+                   "[default: no limit].")
 @click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
               help="Where MLX runs (auto: the GPU when this MLX build has one).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
@@ -148,7 +157,8 @@ failed, 130 interrupted. Every failure is one line on stderr; no partial output 
                    "arrays, GNU parallel, Ray (docs/scale-out.md).")
 def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | None,
             model: str | None, strict_mode: bool,
-            chunk_seconds: float, overlap: float, device: str, overwrite: bool,
+            chunk_seconds: float, overlap: float, atten_lim_db: float | None, device: str,
+            overwrite: bool,
             skip_existing: bool, subtype: str | None, output_suffix: str | None,
             track: int | None, as_json: bool, dry_run: bool, quiet: bool,
             verbose: bool, accept_license: bool, shard: tuple[int, int] | None) -> None:
@@ -159,6 +169,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
     Started by mlx.launch, the ranks share the batch and rank 0 reports it (docs/scale-out.md).
     """
     check_settings(chunk_seconds, overlap)
+    check_atten_lim(atten_lim_db)
     if overwrite and skip_existing:
         raise UsageError("--overwrite and --skip-existing contradict each other")
     if subtype is not None:
@@ -183,7 +194,8 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             confirm_license(model, accept_license, may_ask="-" not in paths)
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
-                                 overwrite, skip_existing, subtype, dry_run, track)
+                                 overwrite, skip_existing, subtype, dry_run, track,
+                                 atten_lim_db)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan

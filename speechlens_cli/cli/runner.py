@@ -27,6 +27,7 @@ class EnhanceOptions:
     subtype: str | None
     dry_run: bool
     track: int | None = None
+    atten_lim_db: float | None = None
 
 
 def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
@@ -76,7 +77,8 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         try:
             result = api.run_plan(plan, model, strict=options.strict,
                                   chunk_seconds=options.chunk_seconds, overlap=options.overlap,
-                                  progress=reporter.file_progress(plan))
+                                  progress=reporter.file_progress(plan),
+                                  atten_lim_db=options.atten_lim_db)
         except SpeechlensError as error:
             fail(job, error)
             continue
