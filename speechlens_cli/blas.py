@@ -38,6 +38,8 @@ status: str = "not attempted"
 loaded: str | None = None
 #: Threads the shim spreads a matmul over (None: no shim, or no BLAS loaded).
 threads: int | None = None
+#: Whether speechlens sets the loaded BLAS's thread count (so its results do not depend on it).
+threads_controlled: bool = False
 
 
 def preload() -> str | None:
@@ -88,7 +90,7 @@ def _scipy_openblas() -> tuple[str, ctypes.CDLL] | None:
 def _bind(name: str, library: ctypes.CDLL) -> str | None:
     """Point the shim's cblas_sgemm at `library`'s and make it global; returns how it threads,
     or None if either lacks what is needed (the shim is built at install time by a C compiler)."""
-    global status, threads
+    global status, threads, threads_controlled
     sgemm = next((getattr(library, s) for s in ("scipy_cblas_sgemm", "cblas_sgemm")
                   if hasattr(library, s)), None)
     shims = sorted(Path(__file__).parent.glob("_blas_shim*.so"))
@@ -114,6 +116,7 @@ def _bind(name: str, library: ctypes.CDLL) -> str | None:
     shim.speechlens_blas_bind(ctypes.cast(sgemm, ctypes.c_void_p), set_threads,
                               count if set_threads else 1)
     threads = int(shim.speechlens_blas_threads())
+    threads_controlled = set_threads is not None
     if set_threads is None:
         return "its own threads (its rounding may depend on their count)"
     return f"{threads} thread(s) over fixed row blocks (results independent of the thread count)"

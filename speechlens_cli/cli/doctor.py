@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import platform
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import click
@@ -14,9 +16,22 @@ from .. import blas, checkpoint, kernels
 from ..errors import ModelNotFoundError, SpeechlensError, UsageError
 from .app import main
 
-#: Below this a 512x512 float32 matmul means MLX runs on a reference (unoptimised) BLAS.
-BLAS_SLOW_GFLOPS = 10.0
 _BLAS_SIZE = 512
+
+
+@dataclass(frozen=True)
+class Check:
+    """One line of the report: what was found and, for a problem, what would fix it. The verdict
+    counts fixes only, and every fix follows from a fact (a library found or not, a setting),
+    never from a timing, which the machine's load changes."""
+
+    name: str
+    value: str
+    fix: str | None = None
+    extra: dict = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"value": self.value, "ok": self.fix is None, "fix": self.fix, **self.extra}
 
 
 def _matmul_gflops() -> float:
@@ -33,13 +48,28 @@ def _matmul_gflops() -> float:
     return 2 * _BLAS_SIZE ** 3 / best / 1e9
 
 
-def _blas_fix() -> str:
-    if blas.loaded:
-        return (f"{blas.loaded} is loaded but slow: check OPENBLAS_NUM_THREADS / "
-                "OMP_NUM_THREADS and other load on the machine")
-    if blas.status.startswith("disabled"):
-        return f"unset {blas.BLAS_ENV} to let speechlens load an optimized BLAS"
-    return blas.INSTALL_HINT
+def _blas_fix() -> str | None:
+    """What is wrong with the BLAS MLX's Linux CPU backend runs on, from facts alone."""
+    if blas.loaded is None:
+        if blas.status.startswith("disabled"):
+            return f"unset {blas.BLAS_ENV} to let speechlens load an optimized BLAS"
+        return blas.INSTALL_HINT
+    if not blas.threads_controlled:
+        return (f"speechlens cannot set {blas.loaded}'s thread count, so results may depend on "
+                f"it: pip install scipy-openblas32, or point {blas.BLAS_ENV} at OpenBLAS, BLIS "
+                "or MKL")
+    return None
+
+
+def _blas_check(backend: str) -> Check:
+    """The BLAS MLX's Linux CPU backend uses, and its measured speed (information only)."""
+    if not (sys.platform.startswith("linux") and backend == "cpu"):
+        return Check("blas", f"not measured ({blas.status}; backend {backend})",
+                     extra={"gflops": None})
+    gflops = _matmul_gflops()
+    return Check("blas", f"{gflops:.1f} GFLOP/s ({_BLAS_SIZE}x{_BLAS_SIZE} float32 matmul on "
+                         f"the CPU, varies with the load; {blas.status})", _blas_fix(),
+                 {"gflops": round(gflops, 3)})
 
 
 def _backend_fix(backend: str) -> str | None:
@@ -50,61 +80,73 @@ def _backend_fix(backend: str) -> str | None:
     return None
 
 
-def _kernel_check() -> tuple[str, str | None]:
+def _kernel_check() -> Check:
     """speechlens_cli.kernels' own account of where the kernels run, and what would fix a
     fallback to the slow MLX-op versions."""
     try:
         info = kernels.kernel_info()
     except UsageError as error:  # a bad SPEECHLENS_CPU_THREADS
-        return str(error), f"unset {kernels.CPU_THREADS_ENV} or set it to a thread count"
+        return Check("kernels", str(error),
+                     f"unset {kernels.CPU_THREADS_ENV} or set it to a thread count")
     text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")
     if kernels.conv_kernel_disabled():
-        return (text + " (conv1d kernel disabled)",
-                f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}")
+        return Check("kernels", text + " (conv1d kernel disabled)",
+                     f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}")
     if info.get("cpu_library", "").startswith("unavailable"):
-        return text, ("install a C++ compiler (g++ or clang++) so the CPU kernels can be built, "
-                      "or reinstall speechlens with one present")
-    return text, None
+        return Check("kernels", text, "install a C++ compiler (g++ or clang++) so the CPU "
+                     "kernels can be built, or reinstall speechlens with one present")
+    return Check("kernels", text)
+
+
+def _model_check(model: str | None) -> Check:
+    try:
+        found = checkpoint.inspect(model, download=False)
+    except ModelNotFoundError as error:
+        return Check("model", str(error), "speechlens models pull (or pass --model PATH)")
+    except UsageError as error:
+        return Check("model", str(error), "pass --model a checkpoint path or a valid repo id")
+    except SpeechlensError as error:
+        return Check("model", str(error), "delete that copy and run `speechlens models pull`")
+    return Check("model", f"{found.source}: ok, sha256 {found.sha256[:12]}... ({found.weights})")
+
+
+def _checks(model: str | None) -> list[Check]:
+    from huggingface_hub import constants
+
+    backend = kernels.backend()
+    return [
+        Check("platform", f"{platform.platform()} ({platform.machine()}), "
+                          f"Python {platform.python_version()}"),
+        Check("mlx", f"{mx.__version__}, backend {backend}, default device "
+                     f"{mx.default_device()}", _backend_fix(backend)),
+        _kernel_check(),
+        _blas_check(backend),
+        Check("cache", f"{constants.HF_HUB_CACHE}"
+                       + (" (HF_HUB_OFFLINE: no downloads)" if constants.HF_HUB_OFFLINE else "")),
+        _model_check(model),
+    ]
 
 
 @main.command()
 @click.option("--model", default=None, envvar=checkpoint.MODEL_ENV,
               help="Checkpoint to check (default: SPEECHLENS_MODEL, else nvidia/RE-USE).")
+@click.option("--json", "as_json", is_flag=True,
+              help="The same facts as one JSON object: ok, problems, and per check its value, "
+                   "ok and fix (blas also gflops).")
 @click.pass_context
-def doctor(ctx: click.Context, model: str | None) -> None:
-    """Check this machine: platform, MLX backend, kernels, BLAS speed, model cache."""
-    from huggingface_hub import constants
-
-    problems = 0
-
-    def report(label: str, value: str, fix: str | None = None) -> None:
-        nonlocal problems
-        click.echo(f"{label + ':':<10} {value}")
-        if fix:
-            problems += 1
-            click.echo(f"{'':<10} fix: {fix}")
-
-    report("platform", f"{platform.platform()} ({platform.machine()}), "
-                       f"Python {platform.python_version()}")
-    backend = kernels.backend()
-    report("mlx", f"{mx.__version__}, backend {backend}, default device {mx.default_device()}",
-           _backend_fix(backend))
-    report("kernels", *_kernel_check())
-    if sys.platform.startswith("linux") and backend == "cpu":
-        gflops = _matmul_gflops()
-        report("blas", f"{gflops:.1f} GFLOP/s ({_BLAS_SIZE}x{_BLAS_SIZE} float32 matmul on the "
-                       f"CPU; {blas.status})", _blas_fix() if gflops < BLAS_SLOW_GFLOPS else None)
-    report("cache", f"{constants.HF_HUB_CACHE}"
-                    + (" (HF_HUB_OFFLINE: no downloads)" if constants.HF_HUB_OFFLINE else ""))
-    try:
-        found = checkpoint.inspect(model, download=False)
-        report("model", f"{found.source}: ok, sha256 {found.sha256[:12]}... ({found.weights})")
-    except ModelNotFoundError as error:
-        report("model", str(error), "speechlens models pull (or pass --model PATH)")
-    except UsageError as error:
-        report("model", str(error), "pass --model a checkpoint path or a valid repo id")
-    except SpeechlensError as error:
-        report("model", str(error), "delete that copy and run `speechlens models pull`")
-    click.echo(f"{problems} problem(s) found" if problems else "no problems found")
+def doctor(ctx: click.Context, model: str | None, as_json: bool) -> None:
+    """Check this machine: platform, MLX backend, kernels, BLAS, model cache; exit 1 on a
+    problem (found facts only: the BLAS speed measured is shown, never judged)."""
+    checks = _checks(model)
+    problems = sum(check.fix is not None for check in checks)
+    if as_json:
+        click.echo(json.dumps({"ok": not problems, "problems": problems,
+                               "checks": {check.name: check.as_dict() for check in checks}}))
+    else:
+        for check in checks:
+            click.echo(f"{check.name + ':':<10} {check.value}")
+            if check.fix:
+                click.echo(f"{'':<10} fix: {check.fix}")
+        click.echo(f"{problems} problem(s) found" if problems else "no problems found")
     if problems:
         ctx.exit(1)
