@@ -164,7 +164,8 @@ def plan_file(
     track: int | None = None,
 ) -> FilePlan:
     """Every check that needs no model: a readable input at a supported rate, an output that is
-    not the input, does not exist (unless `overwrite`) and lands in a writable folder.
+    not the input, does not exist (unless `overwrite`), lands in a writable folder and has a
+    container that holds every stream copied from a media input.
 
     With `create_folders`, a missing output folder is fine when its nearest existing ancestor is
     writable (the batch mirrors the input tree into it). `track` picks a media file's audio
@@ -187,6 +188,7 @@ def plan_file(
     audio_io.check_writable(audio_io.nearest_existing(folder) if create_folders else folder)
     output = audio_io.output_format(info, destination, subtype, container=container,
                                     source=source)
+    audio_io.check_copies_fit(info, output, str(destination))
     return FilePlan(source, destination, info, output, overwrite, name)
 
 

@@ -7,6 +7,7 @@ fixture checkpoint."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -160,6 +161,25 @@ def test_media_to_another_container(tmp_path, media_files, tiny_checkpoint, suff
         assert streams(tmp_path / f"o{suffix}")[0]["codec"] == codec
     if suffix == ".webm":
         assert "note: AAC cannot be written in a WEBM file: OPUS instead" in result.stderr
+
+
+def test_a_stream_the_container_cannot_hold_is_refused_at_planning(tmp_path, media_files):
+    """The video's mov_text subtitle cannot go into Matroska: one line naming the stream, before
+    any model is loaded (the model named here does not exist), nothing written; in a batch the
+    other file is still planned (--dry-run)."""
+    source = media_files["mp4"]
+    result = invoke("enhance", source, tmp_path / "o.mkv", "--model", tmp_path / "none")
+    assert result.exit_code == 1
+    assert one_error_line(result.stderr) == (
+        f"error: {tmp_path / 'o.mkv'}: a MKV file cannot hold stream 3 (subtitle, mov_text) of "
+        "the input ('matroska' format does not support 'mov_text' codec); choose another "
+        "container or suffix")
+    assert list(tmp_path.iterdir()) == []
+    batch = invoke("enhance", source, media_files["m4a"], "-o", tmp_path / "out", "--format",
+                   "mkv", "--dry-run", "--json", "--model", tmp_path / "none")
+    assert batch.exit_code == 3
+    assert [json.loads(line)["status"] for line in batch.stdout.splitlines()] == \
+        ["failed", "planned"]
 
 
 def test_wav_to_m4a_is_lossless_alac_and_announced(tmp_path, tiny_checkpoint):

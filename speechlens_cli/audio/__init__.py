@@ -19,6 +19,7 @@ from .formats import (
 from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_finite
 from .outputs import atomic_output, check_writable, nearest_existing, same_file
 from .read import open_reader, read_block, read_info
+from .remux import check_copies_fit
 from .sink import Sink
 from .streams import copy_to_stream, detach_stdout, spooled_stdin, stdout_folder, write_line
 from .tree import Skipped, TreeScan, scan_tree
@@ -26,7 +27,8 @@ from .writers import open_sink
 
 __all__ = [
     "MAX_CHANNELS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped", "TreeScan",
-    "atomic_output", "check_channels", "check_finite", "check_subtype_name", "check_writable",
+    "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_subtype_name",
+    "check_writable",
     "container_subtypes", "copy_to_stream", "detach_stdout", "format_for_suffix",
     "nearest_existing", "open_reader", "open_sink", "output_format", "read_block", "read_info",
     "same_file", "scan_tree", "spooled_stdin", "stdout_folder", "unwritable", "writable_subtypes",

@@ -5,6 +5,7 @@ the container's metadata and chapters kept."""
 from __future__ import annotations
 
 import contextlib
+import io
 from fractions import Fraction
 
 import av
@@ -22,6 +23,36 @@ _OWN_TAGS = {"encoder", "duration"}
 
 def _tags(metadata: dict[str, str]) -> dict[str, str]:
     return {key: value for key, value in metadata.items() if key.lower() not in _OWN_TAGS}
+
+
+def _copied(stream: av.stream.Stream) -> bool:
+    """Every stream but the demuxer's own (MP4 chapters) is copied."""
+    return stream.discard != av.stream.Discard.all
+
+
+def _add_copy(out: av.container.OutputContainer, stream: av.stream.Stream,
+              output: OutputFormat, shown: str) -> av.stream.Stream:
+    """`stream` added to `out` to be copied packet for packet, or why the container cannot."""
+    try:
+        return out.add_stream_from_template(stream)
+    except pyav.ERRORS as error:
+        raise OutputError(
+            f"{shown}: a {output.format} file cannot hold stream {stream.index} ({stream.type}, "
+            f"{getattr(stream.codec_context, 'name', 'data')}) of the input "
+            f"({pyav.reason(error)}); choose another container or suffix") from None
+
+
+def check_copies_fit(info: AudioInfo, output: OutputFormat, shown: str) -> None:
+    """At planning, before any model runs: every stream to be copied fits the output container
+    (an MP4 subtitle does not fit Matroska), tried on a container in memory that is never
+    written."""
+    if not output.is_media or info.media is None:
+        return
+    with av.open(pyav.native_path(info.media.source)) as source, \
+            av.open(io.BytesIO(), "w", format=CONTAINERS[output.format].muxer) as trial:
+        for stream in source.streams:
+            if stream.index != info.media.stream_index and _copied(stream):
+                _add_copy(trial, stream, output, shown)
 
 
 class MediaSink:
@@ -67,14 +98,8 @@ class MediaSink:
         for stream in self.source.streams:
             if stream.index == track.stream_index:
                 self.audio = self._add_audio(stream)
-            elif stream.discard != av.stream.Discard.all:  # the demuxer's own (MP4 chapters)
-                try:
-                    copy = self.out.add_stream_from_template(stream)
-                except pyav.ERRORS as error:
-                    raise self._failure(
-                        f"a {self.output.format} file cannot hold stream {stream.index} "
-                        f"({stream.type}, {getattr(stream.codec_context, 'name', 'data')})",
-                        error) from None
+            elif _copied(stream):
+                copy = _add_copy(self.out, stream, self.output, self.shown)
                 self._keep_labels(stream, copy)
                 self.copies[stream.index] = copy
         self.out.metadata.update(_tags(self.source.metadata))
