@@ -182,6 +182,22 @@ def test_a_stream_the_container_cannot_hold_is_refused_at_planning(tmp_path, med
         ["failed", "planned"]
 
 
+@pytest.mark.parametrize("kind, suffix", [("m4a", ".wav"), ("webm", ".wav"), ("m4a", ".m4a")])
+def test_media_on_stdin(tmp_path, media_files, tiny_checkpoint, kind, suffix):
+    """Phone memo or web call bytes piped in: read through PyAV like the file, every sample
+    there; into .m4a the AAC stays AAC."""
+    source = media_files[kind]
+    target = tmp_path / f"out{suffix}"
+    result = invoke("enhance", "-", target, "--model", tiny_checkpoint,
+                    input=source.read_bytes())
+    assert result.exit_code == 0, result.output
+    wanted, got = read_info(source), read_info(target)
+    assert (got.frames, got.sample_rate, got.channels) == \
+        (wanted.frames, wanted.sample_rate, wanted.channels)
+    if suffix == ".m4a":
+        assert got.subtype == "AAC"
+
+
 def test_wav_to_m4a_is_lossless_alac_and_announced(tmp_path, tiny_checkpoint):
     audio, rate = made.speech()
     sf.write(tmp_path / "in.wav", audio, rate, subtype="PCM_16")

@@ -14,16 +14,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
+import av
 import soundfile as sf
 
 from ..errors import AudioInputError, OutputError
-from . import libsndfile, owners
+from . import libsndfile, owners, pyav
+from .containers import container_for_file
 from .libsndfile import native_stderr_silenced
 
 _COPY_BLOCK = 1 << 20
 _SPOOL_PREFIX = "speechlens-stdin."
-#: The stdin copy in TMPDIR: "speechlens-stdin.<pid>-<machine>-<random>.wav".
-_SPOOL = re.compile(rf"{re.escape(_SPOOL_PREFIX)}{owners.OWNER_PATTERN}-\w+\.wav")
+_SPOOL_SUFFIX = ".stdin"
+#: The stdin copy in TMPDIR: "speechlens-stdin.<pid>-<machine>-<random>.stdin" (.wav before).
+_SPOOL = re.compile(rf"{re.escape(_SPOOL_PREFIX)}{owners.OWNER_PATTERN}-\w+\.(stdin|wav)")
 _STDOUT_PREFIX = "speechlens-stdout."
 #: The folder in TMPDIR where the output for stdout is made: "speechlens-stdout.<owner>-<random>".
 _STDOUT_FOLDER = re.compile(rf"{re.escape(_STDOUT_PREFIX)}{owners.OWNER_PATTERN}-\w+")
@@ -35,8 +38,9 @@ def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     folder = tempfile.gettempdir()
     _sweep_tmpdir()
     try:
+        # not .wav: the bytes decide whether libsndfile or PyAV reads it (read.read_info)
         handle, temporary = tempfile.mkstemp(prefix=f"{_SPOOL_PREFIX}{owners.owner()}-",
-                                             suffix=".wav")
+                                             suffix=_SPOOL_SUFFIX)
     except OSError as error:
         raise OutputError(f"<stdin>: cannot be buffered in {folder} ({error.strerror or error}); "
                           "set TMPDIR to a writable folder") from None
@@ -80,15 +84,29 @@ def _check_audio_start(first: bytes) -> None:
     """Refuse a stream whose first bytes are no format libsndfile knows before any more of it is
     buffered: `yes | speechlens enhance - out.wav` would otherwise fill TMPDIR first. Only an
     unknown format is refused here; a known one cut short is left to the full read (a CAF, say,
-    does not parse from its first megabyte)."""
+    does not parse from its first megabyte). Media (m4a, mp3, webm...) are PyAV's to judge."""
     try:
         with native_stderr_silenced():
             sf.info(io.BytesIO(first))
     except libsndfile.ERRORS as error:
-        if "not recognised" in libsndfile.reason(error):
+        if "not recognised" in libsndfile.reason(error) and not _media_start(first):
             raise AudioInputError(f"<stdin>: not a readable audio file (no format recognised in "
                                   f"its first {len(first):,} bytes; nothing more was read)") \
                 from None
+
+
+def _media_start(first: bytes) -> bool:
+    """Whether `first` begins a media file speechlens reads: PyAV finds an audio track in a
+    container speechlens knows, or an MP4 "ftyp" box starts it (whose track list, the "moov"
+    box, may come only at the end of a phone recording)."""
+    if first[4:8] == b"ftyp":
+        return True
+    try:
+        with av.open(io.BytesIO(first)) as container:
+            return bool(container.streams.audio) \
+                and container_for_file("", container.format.name) is not None
+    except pyav.ERRORS:
+        return False
 
 
 def write_all(stream: BinaryIO, data: bytes) -> None:

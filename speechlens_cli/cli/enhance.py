@@ -99,6 +99,7 @@ Examples:
   speechlens enhance recordings/ cleaned/      a folder, recursively, into a mirrored tree
   speechlens enhance a.wav b.m4a -o cleaned/   several files into one folder
   speechlens enhance - - < in.wav > out.wav    WAV through stdin and stdout
+  speechlens enhance - clean.m4a < memo.m4a    any readable format on stdin
 
 \b
 Formats: WAV, FLAC, AIFF, OGG and libsndfile's others, exactly; M4A, MP4, MOV, WebM,
