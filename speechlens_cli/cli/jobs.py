@@ -9,7 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import audio as audio_io
-from ..errors import UsageError
+from ..errors import OutputError, UsageError
 from ..results import FileResult, Status
 
 
