@@ -74,6 +74,19 @@ def test_video_streams_are_copied_and_only_the_speech_track_is_new(tmp_path, med
     assert not np.allclose(decoded(out), decoded(source), atol=1e-3)
 
 
+def test_cover_art_is_copied_byte_for_byte(tmp_path, media_files, tiny_checkpoint):
+    source = media_files["cover"]
+    out = enhanced(source, tmp_path / "clean.mp3", tiny_checkpoint)
+    kinds = streams(source)
+    assert streams(out) == kinds  # the picture stream keeps its attached-picture disposition
+    cover = next(i for i, s in enumerate(kinds) if s["type"] == "video")
+    assert kinds[cover]["disposition"] & int(av.stream.Disposition.attached_pic)
+    before, after = packets(source), packets(out)
+    assert after[cover] == before[cover] and len(before[cover]) == 1
+    speech = next(i for i, s in enumerate(kinds) if s["type"] == "audio")
+    assert after[speech] != before[speech]
+
+
 def test_video_keeps_title_chapters_and_track_labels(tmp_path, media_files, tiny_checkpoint):
     out = enhanced(media_files["mp4"], tmp_path / "clean.mp4", tiny_checkpoint)
     with av.open(str(out)) as container:
