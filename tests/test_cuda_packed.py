@@ -42,11 +42,7 @@ def _variant(kind, channels, rank=None, strict=None):
     else:
         parts = cuda_packed.scan_parts(channels, rank)
         template = cuda_packed.scan_template(channels, rank, strict, gpu.CUDA_SCAN_THREADS)
-    name = cuda_packed.kernel_name(kind, template)
-    header = source("sl_backend_cuda.h") + source("sl_mamba.h") + (
-        source("sl_scan_cuda.h") if kind == "scan" else "")
-    text = cuda_packed.wrapper_source(name, source(cuda_packed.KERNELS[kind]), header, parts,
-                                      template)
+    name, text = cuda_packed.variant_source(kind, parts, template)
     return name, text, template
 
 

@@ -17,10 +17,10 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from .contract import CONV_WIDTH, D_STATE
-from .gpu import CUDA_SCAN_CHUNK, cuda_scan_threads, threadgroup
+from .gpu import CUDA_SCAN_CHUNK, cuda_scan_threads, kernel_sources, threadgroup
 from .notices import warn_once
 from .nvrtc import NvrtcError, cached_cubin, compute_capability, nvrtc, nvrtc_version
-from .sources import cache_dir, source
+from .sources import cache_dir
 
 #: The runtime dimensions of the batched parts; everything else is a compile-time constant.
 RUNTIME_DIMS = ("B", "L")
@@ -81,13 +81,17 @@ def kernel_name(kind: str, template: tuple) -> str:
     return "speechlens_" + kind + "".join(f"_{k}{int(v)}" for k, v in template)
 
 
+def variant_source(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, str]:
+    """(name, CUDA source) of one kernel variant: the JIT path's body and header, wrapped."""
+    name = kernel_name(kind, template)
+    body, header = kernel_sources(KERNELS[kind], "cuda")
+    return name, wrapper_source(name, body, header, parts, template)
+
+
 def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, bytes] | None:
     """(name, cubin) of one kernel variant, or None (no NVRTC or driver, or a compile error:
     the JIT path runs instead)."""
-    name = kernel_name(kind, template)
-    header = source("sl_backend_cuda.h") + source("sl_mamba.h") + (
-        source("sl_scan_cuda.h") if kind == "scan" else "")
-    text = wrapper_source(name, source(KERNELS[kind]), header, parts, template)
+    name, text = variant_source(kind, parts, template)
     try:
         cubin = cached_cubin(text, name)
     except (NvrtcError, OSError) as exc:
@@ -96,7 +100,8 @@ def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, by
     return None if cubin is None else (name, cubin)
 
 
-KERNELS = {"conv": "causal_conv1d_body.h", "scan": "selective_scan_cuda_body.h"}
+#: The kernels by the short names their variants carry (speechlens_conv_..., speechlens_scan_...).
+KERNELS = {"conv": "causal_conv1d", "scan": "selective_scan"}
 
 
 def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,

@@ -28,21 +28,28 @@ CUDA_MAX_DT_RANK = 16
 CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 
+def kernel_sources(name: str, which: str) -> tuple[str, str]:
+    """(body, header) of kernel `name` (causal_conv1d, selective_scan) on `which` (metal,
+    cuda): the backend header and sl_mamba.h, and for the CUDA scan its own body and
+    sl_scan_cuda.h."""
+    cuda_scan = which == "cuda" and name == "selective_scan"
+    body = "selective_scan_cuda_body.h" if cuda_scan else f"{name}_body.h"
+    header = source(f"sl_backend_{which}.h") + source("sl_mamba.h")
+    return source(body), header + (source("sl_scan_cuda.h") if cuda_scan else "")
+
+
 @functools.cache
 def _gpu_kernel(name: str, which: str):
     if which not in ("metal", "cuda"):
         raise ValueError(f"no GPU kernels for backend {which!r}")
     cuda_scan = which == "cuda" and name == "selective_scan"
-    body = "selective_scan_cuda_body.h" if cuda_scan else f"{name}_body.h"
-    header = source(f"sl_backend_{which}.h") + source("sl_mamba.h")
-    if cuda_scan:
-        header += source("sl_scan_cuda.h")
+    body, header = kernel_sources(name, which)
     build = mx.fast.cuda_kernel if which == "cuda" else mx.fast.metal_kernel
     inputs = (CONV_INPUTS if name == "causal_conv1d" else
               CUDA_SCAN_INPUTS if cuda_scan else SCAN_INPUTS)
     return build(name=f"speechlens_{name}" + ("_cuda" if cuda_scan else ""),
                  input_names=list(inputs),
-                 output_names=list(OUTPUTS), source=source(body), header=header,
+                 output_names=list(OUTPUTS), source=body, header=header,
                  ensure_row_contiguous=False)
 
 
