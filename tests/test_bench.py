@@ -105,8 +105,12 @@ def test_profile_times_every_component_and_restores_the_model(tiny_checkpoint):
     scans = [name for name in calls if name.startswith("Mamba selective scan kernel")]
     convs = [name for name in calls if name.startswith("Mamba causal conv1d kernel")]
     assert len(scans) == len(convs) == 1
-    assert calls[scans[0]] == calls[convs[0]] == 4 * blocks
-    assert calls[f"Mamba in_proj (Linear {width}->{8 * width})"] == 4 * blocks
+    assert calls[scans[0]] == calls[convs[0]] == 2 * blocks
+    # both directions per call: two BiMambas per TF block, one in_proj / merge each
+    inner = model.config.d_inner
+    assert calls[f"Mamba in_proj, both directions (x2) ({width}->{2 * inner})"] == 2 * blocks
+    assert calls[f"BiMamba merge: out_projs folded into output_proj ({2 * inner}->{width})"] \
+        == 2 * blocks
     assert calls["BiMamba LayerNorm"] == 2 * blocks
     assert calls["STFT (frames, rfft, log1p |X|, atan2)"] == 1
     # one call per time tile of each of the four dense layers (scheduling.time_tiles)

@@ -37,17 +37,22 @@ RANK = 4  # the full model's dt rank
 
 def _variant(kind, channels, rank=None, strict=None):
     """(name, wrapper source, template) of a variant, exactly as cuda_packed builds it."""
-    if kind == "conv":
-        parts, template = cuda_packed.conv_parts(channels), cuda_packed.conv_template(channels)
+    if kind in ("conv", "biconv"):
+        parts = (cuda_packed.conv_parts if kind == "conv" else cuda_packed.biconv_parts)(channels)
+        template = cuda_packed.conv_template(channels)
     else:
-        parts = cuda_packed.scan_parts(channels, rank)
+        parts = (cuda_packed.scan_parts if kind == "scan" else cuda_packed.biscan_parts)(
+            channels, rank)
         template = cuda_packed.scan_template(channels, rank, strict, gpu.CUDA_SCAN_THREADS)
     name, text = cuda_packed.variant_source(kind, parts, template)
     return name, text, template
 
 
-CPU_VARIANTS = [("conv", c, None, None) for c in (17, 256)] + [
-    ("scan", c, r, s) for c in (17, 256) for s in (False, True) for r in (1, RANK)]
+CPU_VARIANTS = [(k, c, None, None) for k in ("conv", "biconv") for c in (17, 256)] + [
+    (k, c, r, s) for k in ("scan", "biscan") for c in (17, 256) for s in (False, True)
+    for r in (1, RANK)]
+#: Inputs of each kind as its dispatch function passes them.
+N_INPUTS = {"conv": 3, "biconv": 4, "scan": 9, "biscan": 10}
 
 
 def _runner(name, n_inputs, block):
@@ -71,8 +76,7 @@ def cpu_wrappers(tmp_path_factory):
         if seen_header:  # the headers once per translation unit; they are include-guarded
             text = text.replace(header, "")
         seen_header = True
-        n_inputs = 3 if kind == "conv" else 9
-        parts += [text, _runner(name, n_inputs, dict(template).get("TG", 32))]
+        parts += [text, _runner(name, N_INPUTS[kind], dict(template).get("TG", 32))]
     folder = tmp_path_factory.mktemp("cuda_packed_on_cpu")
     cpp, lib = folder / "wrappers.cpp", folder / "wrappers.so"
     cpp.write_text("\n".join(parts))
@@ -83,14 +87,14 @@ def cpu_wrappers(tmp_path_factory):
     return ctypes.CDLL(str(lib))
 
 
-def _call(lib, kind, template, inputs, out_shape):
+def _call(lib, kind, template, inputs, out_shape, batch, length, threads):
     """Launch as MLX does: the input pointers, the output, then the scalars B and L."""
     name = cuda_packed.kernel_name(kind, template)
     out = np.full(out_shape, np.nan, np.float32)
     keep = [np.ascontiguousarray(a) for a in inputs]
     ptrs = (ctypes.c_void_p * (len(keep) + 1))(*[a.ctypes.data for a in keep],
                                                out.ctypes.data)
-    getattr(lib, f"run_{name}")(ptrs, out_shape[0], out_shape[1], out_shape[0] * out_shape[2])
+    getattr(lib, f"run_{name}")(ptrs, batch, length, threads)
     return out
 
 
@@ -113,7 +117,7 @@ def test_precompiled_conv_wrapper_reads_x_out_of_xz(cpu_wrappers, channels, batc
     w = rng.standard_normal((channels, 4, 1)).astype(np.float32)
     b = rng.standard_normal(channels).astype(np.float32)
     out = _call(cpu_wrappers, "conv", cuda_packed.conv_template(channels), [xz, w, b],
-                (batch, length, channels))
+                (batch, length, channels), batch, length, batch * channels)
     want = ref.reference_causal_conv1d(xz[..., :channels], w.transpose(0, 2, 1), b)
     want = want / (1.0 + np.exp(-want))
     assert float(np.max(np.abs(out - want))) <= ATOL_CONV
@@ -130,7 +134,7 @@ def test_precompiled_scan_wrapper_reads_the_packed_tensors(cpu_wrappers, strict,
     template = cuda_packed.scan_template(channels, rank, strict, gpu.CUDA_SCAN_THREADS)
     # the inputs in mamba_scan's order: x_dbl stands for dt, B and C, xz for z
     inputs = [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, xz]
-    out = _call(cpu_wrappers, "scan", template, inputs, u.shape)
+    out = _call(cpu_wrappers, "scan", template, inputs, u.shape, batch, length, batch * channels)
     delta_raw = bias.astype(np.float64) + x_dbl[..., :rank].astype(np.float64) @ weight.T
     want = ref.reference_selective_scan(u, delta_raw, A_log, x_dbl[..., rank:rank + n],
                                         x_dbl[..., rank + n:], D, xz[..., channels:])
@@ -139,14 +143,71 @@ def test_precompiled_scan_wrapper_reads_the_packed_tensors(cpu_wrappers, strict,
     assert rel <= RTOL, rel
 
 
+def _silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def _reversed(a, k):
+    """a [B, L, ...] in the forward direction's time order (k = 0) or reversed (k = 1)."""
+    return a[:, ::-1] if k else a
+
+
+@pytest.mark.parametrize("channels", [17, 256])
+@pytest.mark.parametrize("batch,length", [(1, 1), (2, 37)])
+def test_precompiled_two_direction_conv_wrapper_reads_both_directions_in_place(
+        cpu_wrappers, channels, batch, length):
+    rng = np.random.default_rng(channels + 3 * length)
+    xs = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
+    w = rng.standard_normal((2, channels, 4, 1)).astype(np.float32)
+    b = rng.standard_normal((2, channels)).astype(np.float32)
+    # the inputs in bimamba_conv's order: xs stands for both directions' x
+    out = _call(cpu_wrappers, "biconv", cuda_packed.conv_template(channels), [xs, xs, w, b],
+                (2, batch, length, channels), batch, length, 2 * batch * channels)
+    for k in (0, 1):
+        x = _reversed(xs[..., k * channels:(k + 1) * channels], k)
+        want = _reversed(ref.reference_causal_conv1d(x, w[k].transpose(0, 2, 1), b[k]), k)
+        assert float(np.max(np.abs(out[k] - _silu(want)))) <= ATOL_CONV, k
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("rank", [1, RANK])
+@pytest.mark.parametrize("channels,batch,length", [(17, 3, 45), (256, 2, 70), (256, 1, 1)])
+def test_precompiled_two_direction_scan_wrapper_reads_the_packed_tensors(
+        cpu_wrappers, strict, rank, channels, batch, length):
+    """Direction 1 is the scan of the time-reversed sequence, written back in time order, into
+    the output's second half; B, C and the dt input stay staged per block (D = 256)."""
+    rng = np.random.default_rng(11 * rank + length)
+    n = 16
+    gates = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
+    dirs = [_model_tensors(rng, batch, length, channels, rank) for _ in (0, 1)]
+    x_dbl, u, weight, bias, A_log, D = (np.stack([t[i] for t in dirs]) for i in range(1, 7))
+    template = cuda_packed.scan_template(channels, rank, strict, gpu.CUDA_SCAN_THREADS)
+    # the inputs in bimamba_scan's order: x_dbl stands for dt, B and C, gates for zf and zb
+    inputs = [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, gates, gates]
+    out = _call(cpu_wrappers, "biscan", template, inputs, (batch, length, 2 * channels), batch,
+                length, 2 * batch * channels)
+    assert np.all(np.isfinite(out)), "unwritten or non-finite outputs"
+    for k in (0, 1):
+        dbl = _reversed(x_dbl[k], k)
+        delta_raw = bias[k].astype(np.float64) + dbl[..., :rank].astype(np.float64) @ weight[k].T
+        z = _reversed(gates[..., k * channels:(k + 1) * channels], k)
+        want = _reversed(ref.reference_selective_scan(
+            _reversed(u[k], k), delta_raw, A_log[k], dbl[..., rank:rank + n],
+            dbl[..., rank + n:], D[k], z), k)
+        got = out[..., k * channels:(k + 1) * channels]
+        rel = float(np.sqrt(np.mean((got - want) ** 2) / np.mean(want ** 2)))
+        assert rel <= RTOL, (k, rel)
+
+
 def test_the_packed_layout_gives_the_parents_row_major_strides():
     z = cuda_packed.scan_parts(256, RANK)[-1]
     assert (z.name, z.offset, z.shape()) == ("z", 256, ["B", "L", "256"])
     assert z.strides() == ["(long long)(L) * (long long)(512) * 1", "(long long)(512) * 1", "1"]
 
 
-MODEL_VARIANTS = [("conv", c, None, None) for c in (64, 256)] + [
-    ("scan", c, r, s) for c, r in ((64, 1), (256, RANK)) for s in (False, True)]
+MODEL_VARIANTS = [(k, c, None, None) for k in ("conv", "biconv") for c in (64, 256)] + [
+    (k, c, r, s) for k in ("scan", "biscan") for c, r in ((64, 1), (256, RANK))
+    for s in (False, True)]
 
 
 @pytest.mark.parametrize("arch", [(8, 0), (9, 0)])

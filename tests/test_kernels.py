@@ -273,6 +273,110 @@ def test_scan_ops_fallback_matches_reference():
         assert _rel_rms(got, want) <= RTOL_SCAN
 
 
+# ------------------------------------------------------ both directions of a BiMamba ------
+
+
+def _bimamba_inputs(rng, batch, length, channels, rank):
+    """bimamba_conv / bimamba_scan inputs as float32 NumPy arrays (the model's layouts)."""
+    f32 = np.float32
+    x = rng.standard_normal((batch, length, 2 * channels)).astype(f32)
+    z = rng.standard_normal((batch, length, 2 * channels)).astype(f32)
+    conv_w = rng.standard_normal((2, channels, 4, 1)).astype(f32)
+    conv_b = rng.standard_normal((2, channels)).astype(f32)
+    u = rng.standard_normal((2, batch, length, channels)).astype(f32)
+    x_dbl = rng.standard_normal((2, batch, length, rank + 32)).astype(f32)
+    A_log = np.log(rng.uniform(0.5, 16.0, (2, channels, 16))).astype(f32)
+    D = rng.standard_normal((2, channels)).astype(f32)
+    dt_w = (rng.standard_normal((2, channels, rank)) / np.sqrt(rank)).astype(f32)
+    dt_b = (rng.standard_normal((2, channels)) - 1.0).astype(f32)
+    return x, z, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_b
+
+
+def _time_order(a, k):
+    return a[:, ::-1] if k else a
+
+
+def _bimamba_reference(x_in, z_in, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_b):
+    """float64: direction 0 the causal conv / scan of the sequence, direction 1 those of the
+    time-reversed sequence, returned in time order."""
+    channels, rank, n = conv_w.shape[1], dt_w.shape[2], 16
+    conv, scan = [], []
+    for k in (0, 1):
+        x = _time_order(x_in[..., k * channels:(k + 1) * channels], k)
+        c = ref.reference_causal_conv1d(x, conv_w[k].transpose(0, 2, 1), conv_b[k])
+        conv.append(_time_order(c / (1.0 + np.exp(-c)), k))
+        dbl = _time_order(x_dbl[k], k).astype(np.float64)
+        delta_raw = dt_b[k] + dbl[..., :rank] @ dt_w[k].T.astype(np.float64)
+        z = _time_order(z_in[..., k * channels:(k + 1) * channels], k)
+        scan.append(_time_order(ref.reference_selective_scan(
+            _time_order(u[k], k), delta_raw, A_log[k], dbl[..., rank:rank + n],
+            dbl[..., rank + n:], D[k], z), k))
+    return np.stack(conv), np.concatenate(scan, axis=-1)
+
+
+@pytest.mark.parametrize("composed", [False, True], ids=["backend", "per-direction"])
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("batch,length,channels,rank", [(2, 1, 8, 1), (3, 37, 17, 1),
+                                                        (2, 50, 64, 4)])
+def test_both_directions_match_float64(monkeypatch, composed, strict, batch, length, channels,
+                                       rank):
+    """bimamba_conv / bimamba_scan: the backend's one-call path (on the CPU, the library through
+    time-reversed views) and the per-direction composition used where there is none."""
+    if composed and BACKEND != "cpu":
+        pytest.skip("the per-direction composition is forced through the CPU's dispatch")
+    if composed:  # no CPU library: each direction through the MLX-op fallbacks
+        monkeypatch.setattr(dispatch, "cpu_library", lambda: None)
+    arrays = _bimamba_inputs(np.random.default_rng(length + rank), batch, length, channels,
+                             rank)
+    x, z, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_b = (mx.array(a) for a in arrays)
+    want_conv, want_scan = _bimamba_reference(*arrays)
+    got_conv = np.array(kernels.bimamba_conv(x, conv_w, conv_b))
+    assert got_conv.shape == want_conv.shape
+    assert float(np.max(np.abs(got_conv - want_conv))) <= ATOL_CONV
+    got = np.array(kernels.bimamba_scan(u, x_dbl, z, A_log, D, (dt_w, dt_b), strict=strict))
+    assert got.shape == want_scan.shape
+    assert _rel_rms(got, want_scan) <= RTOL_SCAN
+
+
+@needs_cpu_library
+def test_cpu_both_directions_equal_the_kernels_on_reversed_copies():
+    """The CPU library reads the backward direction through negative time strides: the same
+    arithmetic as on a reversed copy, bit for bit."""
+    arrays = _bimamba_inputs(np.random.default_rng(3), 2, 41, 64, 4)
+    x, z, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_b = (mx.array(a) for a in arrays)
+    conv = np.array(kernels.bimamba_conv(x, conv_w, conv_b))
+    back = mx.array(np.ascontiguousarray(arrays[0][:, ::-1, 64:]))
+    want = np.array(kernels.causal_conv1d(back, conv_w[1], conv_b[1], silu=True))[:, ::-1]
+    assert np.array_equal(conv[1], want)
+    y = np.array(kernels.bimamba_scan(u, x_dbl, z, A_log, D, (dt_w, dt_b)))
+
+    def reversed_copy(a):
+        return mx.array(np.ascontiguousarray(np.array(a)[:, ::-1]))
+
+    dbl = reversed_copy(x_dbl[1])
+    want = np.array(kernels.selective_scan(
+        reversed_copy(u[1]), dbl[..., :4], A_log[1], dbl[..., 4:20], dbl[..., 20:], D[1],
+        reversed_copy(z[..., 64:]), dt_proj=(dt_w[1], dt_b[1])))[:, ::-1]
+    assert np.array_equal(y[..., 64:], want)
+
+
+@pytest.mark.parametrize("bad", ["x", "conv_w", "z", "x_dbl", "A_log", "dt_w"])
+def test_both_directions_reject_bad_inputs(bad):
+    arrays = [mx.array(a) for a in _bimamba_inputs(np.random.default_rng(4), 2, 5, 8, 1)]
+    replaced = {"x": mx.zeros((2, 5, 15)), "z": mx.zeros((2, 5, 14)),
+                "conv_w": mx.zeros((8, 4, 1)),
+                "x_dbl": mx.zeros((2, 2, 5, 32)), "A_log": mx.zeros((2, 8, 8)),
+                "dt_w": mx.zeros((8, 1))}[bad]
+    names = ("x", "z", "conv_w", "conv_b", "u", "x_dbl", "A_log", "D", "dt_w", "dt_b")
+    x, z, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_b = (
+        replaced if name == bad else a for name, a in zip(names, arrays, strict=True))
+    with pytest.raises(kernels.KernelInputError):
+        if bad in ("x", "conv_w"):
+            kernels.bimamba_conv(x, conv_w, conv_b)
+        else:
+            kernels.bimamba_scan(u, x_dbl, z, A_log, D, (dt_w, dt_b))
+
+
 # ------------------------------------------------------------------- CPU library details ------
 
 ISA_NAMES = {1: "AVX2", 2: "AVX-512"}

@@ -68,6 +68,7 @@ def _signature(which: str, inputs: tuple[str, ...], body: str) -> str:
 def _harness(which: str) -> str:
     src = kernels.kernel_source_dir()
     conv_body = (src / "causal_conv1d_body.h").read_text()
+    biconv_body = (src / "bimamba_conv_body.h").read_text()
     scan_file = "selective_scan_body.h" if which == "metal" else "selective_scan_cuda_body.h"
     scan_body = (src / scan_file).read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
@@ -86,6 +87,11 @@ def _harness(which: str) -> str:
         "template <int DI, bool SILU>",
         f"void conv_kernel(\n    {_signature(which, kernels.CONV_INPUTS, conv_body)}) {{",
         '#include "causal_conv1d_body.h"',
+        "}",
+        "",
+        "template <int DI, bool SILU>",
+        f"void biconv_kernel(\n    {_signature(which, gpu.BICONV_INPUTS, biconv_body)}) {{",
+        '#include "bimamba_conv_body.h"',
         "}",
         "",
         scan_template,
@@ -109,9 +115,9 @@ def _harness(which: str) -> str:
         lines += [
             "typedef Shape ShapeArg;",
             "typedef Strides StridesArg;",
-            ("inline Shape shape_arg(const int* p) { Shape s{}; for (int i = 0; i < 3; ++i) "
+            ("inline Shape shape_arg(const int* p) { Shape s{}; for (int i = 0; i < 4; ++i) "
              "s[i] = p[i]; return s; }"),
-            ("inline Strides strides_arg(const int64_t* p) { Strides s{}; for (int i = 0; i < 3;"
+            ("inline Strides strides_arg(const int64_t* p) { Strides s{}; for (int i = 0; i < 4;"
              " ++i) s[i] = p[i]; return s; }"),
         ]
     lines.append("}  // namespace")
@@ -150,6 +156,21 @@ def _harness(which: str) -> str:
             lines += [f"  case {di * 2 + silu}: {{"]
             lines += launch(f"conv_kernel<{di}, {'true' if silu else 'false'}>"
                             f"({args(kernels.CONV_INPUTS, conv_body)})")
+            lines += ["    return 0;", "  }"]
+    lines += ["  default: return -1;", "  }", "}", ""]
+    lines += [
+        'extern "C" int run_biconv(int di, int silu, const float* const* in,',
+        "                          const int* const* shape, const int64_t* const* strides,",
+        "                          float* out, unsigned threads) {",
+        "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup * kThreadgroup;",
+        "  (void)rounded;",
+        "  switch (di * 2 + (silu ? 1 : 0)) {",
+    ]
+    for di in DI_VALUES:
+        for silu in (0, 1):
+            lines += [f"  case {di * 2 + silu}: {{"]
+            lines += launch(f"biconv_kernel<{di}, {'true' if silu else 'false'}>"
+                            f"({args(gpu.BICONV_INPUTS, biconv_body)})")
             lines += ["    return 0;", "  }"]
     lines += ["  default: return -1;", "  }", "}", ""]
     lines += [
@@ -218,8 +239,8 @@ def cuda_harness(tmp_path_factory):
 def _pack(arrays):
     n = len(arrays)
     ptrs = (ctypes.c_void_p * n)(*[a.ctypes.data for a in arrays])
-    shapes = [np.array(list(a.shape) + [0] * (3 - a.ndim), dtype=np.int32) for a in arrays]
-    strides = [np.array([s // 4 for s in a.strides] + [0] * (3 - a.ndim), dtype=np.int64)
+    shapes = [np.array(list(a.shape) + [0] * (4 - a.ndim), dtype=np.int32) for a in arrays]
+    strides = [np.array([s // 4 for s in a.strides] + [0] * (4 - a.ndim), dtype=np.int64)
                for a in arrays]
     shape_p = (ctypes.c_void_p * n)(*[s.ctypes.data for s in shapes])
     stride_p = (ctypes.c_void_p * n)(*[s.ctypes.data for s in strides])
@@ -311,6 +332,31 @@ def test_conv_source_matches_float64(harness, batch, length, channels, silu):
         want = want / (1.0 + np.exp(-want))
     assert out.shape == want.shape
     assert float(np.max(np.abs(out - want))) <= ATOL_CONV, which
+
+
+@pytest.mark.parametrize("silu", [False, True])
+@pytest.mark.parametrize("batch,length,channels", [(1, 1, 1), (2, 3, 3), (2, 50, 17),
+                                                   (1, 40, 256)])
+def test_two_direction_conv_source_matches_float64(harness, batch, length, channels, silu):
+    """bimamba_conv_body.h: [0] the causal conv of x's columns [0, D), [1] the causal conv
+    of the time-reversed columns [D, 2D), written back in time order."""
+    which, handle = harness
+    rng = np.random.default_rng(length * 7 + channels)
+    xs = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
+    weight = rng.standard_normal((2, channels, 4, 1)).astype(np.float32)
+    bias = rng.standard_normal((2, channels)).astype(np.float32)
+    out = np.full((2, batch, length, channels), np.nan, np.float32)
+    ptrs, shp, strd, _keep = _pack([xs[..., :channels], xs[..., channels:], weight, bias])
+    assert handle.run_biconv(channels, int(silu), ptrs, shp, strd,
+                             out.ctypes.data_as(ctypes.c_void_p), 2 * batch * channels) == 0
+    for k in (0, 1):
+        x = xs[..., k * channels:(k + 1) * channels]
+        want = ref.reference_causal_conv1d(x[:, ::-1] if k else x, weight[k].transpose(0, 2, 1),
+                                           bias[k])
+        want = want[:, ::-1] if k else want
+        if silu:
+            want = want / (1.0 + np.exp(-want))
+        assert float(np.max(np.abs(out[k] - want))) <= ATOL_CONV, (which, k)
 
 
 @pytest.mark.parametrize("strict", [False, True])

@@ -2,7 +2,8 @@
 
 The profiler runs the model's own ``SEMamba.enhance`` with every module of the model (found by
 walking ``model.named_modules()``) and every kernel / waveform function it calls
-(``kernels.mamba_conv``, ``kernels.mamba_scan``, the STFT, the iSTFT, the sweep filter)
+(``kernels.bimamba_conv``, ``kernels.bimamba_scan``, the BiMamba projections, the STFT, the
+iSTFT, the sweep filter)
 wrapped for the duration of the run:
 
 * before a component runs, its array inputs are evaluated (that time belongs to the caller);
@@ -10,7 +11,7 @@ wrapped for the duration of the run:
   is recorded, minus the time of the wrapped components nested inside it.
 
 So each component's time is its own work, and a container module's own time is the glue between
-its children (slices, flips, residual adds, concatenations, transposes). The per-component
+its children (slices, residual adds, concatenations, transposes). The per-component
 barriers exist only here (the model's own bound on pending work, scheduling.bound_pending, stays as
 it is): the model code is untouched (wrapping swaps each module's class for a timed subclass and
 puts it back afterwards), so the profile follows whatever the model does now, including kernel
@@ -30,7 +31,7 @@ import mlx.core as mx
 from mlx import nn
 
 from .. import kernels
-from ..model import semamba
+from ..model import mamba, semamba
 
 # Groups for the report.
 MAMBA = "Mamba (inner, both directions)"
@@ -84,9 +85,12 @@ class Profiler:
         return out
 
 
-def _linear(name: str, layer) -> str:
-    out_features, in_features = layer.weight.shape
-    return f"{name} (Linear {in_features}->{out_features})"
+def _matmul(name: str, weight_arg: int, weights_field: str):
+    """A label function for a projection of both directions: its matmul's K -> N."""
+    def label(args, kwargs) -> str:
+        weight = getattr(args[weight_arg], weights_field)
+        return f"{name} ({weight.shape[-2]}->{weight.shape[-1]})"
+    return label
 
 
 def module_label(path: str, module) -> tuple[str, str]:
@@ -124,24 +128,24 @@ def module_label(path: str, module) -> tuple[str, str]:
         if len(parts) == 1:
             return "TF-block glue (rearranges, outer residual adds)", TFBLOCK
         if len(parts) == 2:
-            return "BiMamba glue (flips, residual adds, concat)", BIMAMBA
-        if leaf == "output_proj":
-            return _linear("BiMamba output_proj", module), BIMAMBA
+            return "BiMamba glue (weight lookup)", BIMAMBA
         if cls == "LayerNorm":
             return "BiMamba LayerNorm", BIMAMBA
-        if leaf in ("forward_blocks", "backward_blocks"):
-            return "Mamba glue (slices, unfused elementwise)", MAMBA
-        if cls == "Linear":
-            return _linear(f"Mamba {leaf}", module), MAMBA
+        # the per-direction parameter modules are not called: the functions below run both
         return f"Mamba {leaf} ({cls})", MAMBA
     return f"{'.'.join(parts)} ({cls})", OTHER
 
 
 #: (module, attribute, label or label function, group) of the functions the model calls.
 FUNCTIONS = (
-    (kernels, "mamba_conv", "Mamba causal conv1d kernel + SiLU", MAMBA),
-    (kernels, "mamba_scan", "Mamba selective scan kernel (softplus, SiLU(z) gate + dt_proj)",
+    (kernels, "bimamba_conv", "Mamba causal conv1d kernel + SiLU (both directions)", MAMBA),
+    (kernels, "bimamba_scan",
+     "Mamba selective scan kernel (both directions; softplus, SiLU(z) gate + dt_proj)", MAMBA),
+    (mamba, "project_in", _matmul("Mamba in_proj, both directions (x2)", 1, "in_x"), MAMBA),
+    (mamba, "project_x", _matmul("Mamba x_proj, both directions (batched)", 1, "x_proj"),
      MAMBA),
+    (mamba, "merge", _matmul("BiMamba merge: out_projs folded into output_proj", 2, "merge_y"),
+     BIMAMBA),
     (nn, "silu", "SiLU (unfused, MLX ops)", MAMBA),
     (semamba, "stft", "STFT (frames, rfft, log1p |X|, atan2)", WAVE),
     (semamba, "istft", "iSTFT (irfft, overlap-add, envelope)", WAVE),

@@ -67,6 +67,8 @@ from .dispatch import (  # noqa: E402
     DISABLE_CONV_ENV,
     DISABLE_CONV_ENV_ALIAS,
     backend,
+    bimamba_conv,
+    bimamba_scan,
     causal_conv1d,
     conv_kernel_disabled,
     gpu_backend,
@@ -82,7 +84,8 @@ from .sources import kernel_source_dir  # noqa: E402
 __all__ = [
     "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_THREADS_ENV", "DISABLE_CONV_ENV",
     "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError",
-    "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "causal_conv1d",
+    "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "bimamba_conv",
+    "bimamba_scan", "causal_conv1d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
     "cpu_exp_poly", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
     "kernel_info", "kernel_source_dir", "mamba_conv", "mamba_scan", "selective_scan",

@@ -82,3 +82,42 @@ def validate_packed(u, x_dbl, xz, A_log, D, dt_proj) -> None:
     _check(rank > 0, f"dt_proj weight must be [{channels}, R], got {tuple(weight.shape)}")
     for name, (a, shape) in want.items():
         _check(tuple(a.shape) == shape, f"{name} must be {list(shape)}, got {list(a.shape)}")
+
+
+
+def _check_shapes(want: dict) -> None:
+    for name, (a, shape) in want.items():
+        _check(tuple(a.shape) == shape, f"{name} must be {list(shape)}, got {list(a.shape)}")
+
+
+def _both_directions(name: str, a: mx.array) -> tuple[int, int, int]:
+    """(B, L, D) of a [B, L, 2D] tensor holding both directions side by side."""
+    _check(a.ndim == 3 and min(a.shape) > 0 and a.shape[2] % 2 == 0,
+           f"{name} must be [B, L, 2D], got shape {tuple(a.shape)}")
+    return a.shape[0], a.shape[1], a.shape[2] // 2
+
+
+def validate_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> None:
+    """A BiMamba's two-direction conv inputs (dispatch.bimamba_conv): x [B, L, 2D] (the forward
+    direction's, then the backward one's), weight [2, D, 4, 1], bias [2, D]."""
+    _check_float32(x=x, weight=weight, bias=bias)
+    _, _, channels = _both_directions("x", x)
+    _check_shapes({"conv weight": (weight, (2, channels, CONV_WIDTH, 1)),
+                   "conv bias": (bias, (2, channels))})
+
+
+def validate_bimamba_scan(u, x_dbl, z, A_log, D, dt_proj) -> None:
+    """A BiMamba's two-direction scan inputs (dispatch.bimamba_scan): u [2, B, L, D], x_dbl
+    [2, B, L, R + 2*16], z [B, L, 2D], A_log [2, D, 16], D [2, D], dt_proj (weight
+    [2, D, R], bias [2, D]). Checked from the shapes alone, like validate_packed."""
+    weight, bias = dt_proj
+    _check_float32(u=u, x_dbl=x_dbl, z=z, A_log=A_log, D=D, dt_proj_weight=weight,
+                   dt_proj_bias=bias)
+    batch, length, channels = _both_directions("z", z)
+    rank = weight.shape[2] if weight.ndim == 3 else -1
+    _check(rank > 0, f"dt_proj weight must be [2, {channels}, R], got {list(weight.shape)}")
+    _check_shapes({"u": (u, (2, batch, length, channels)),
+                   "x_dbl": (x_dbl, (2, batch, length, rank + 2 * D_STATE)),
+                   "A_log": (A_log, (2, channels, D_STATE)), "D": (D, (2, channels)),
+                   "dt_proj weight": (weight, (2, channels, rank)),
+                   "dt_proj bias": (bias, (2, channels))})

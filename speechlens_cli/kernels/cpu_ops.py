@@ -38,39 +38,64 @@ def _output_like(shape, *inputs: mx.array) -> tuple[mx.array, np.ndarray] | None
     return None
 
 
-def cpu_conv(lib: CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array:
-    batch, length, channels = x.shape
-    pair = _output_like(x.shape, x, weight, bias)
-    xv, wv, bv = _unit_last(_view(x)), _view(weight), _view(bias)
-    if pair is None:
-        ov = np.empty(x.shape, np.float32)
-    else:
-        out, ov = pair
-    w2 = wv.reshape(channels, CONV_WIDTH)
+def _fresh(shape, *inputs: mx.array) -> tuple[mx.array | None, np.ndarray]:
+    """(MLX array or None, writable view) to write a result of `shape` into (_output_like, or a
+    NumPy buffer that is copied into MLX afterwards)."""
+    return _output_like(shape, *inputs) or (None, np.empty(shape, np.float32))
+
+
+def _result(out: mx.array | None, ov: np.ndarray) -> mx.array:
+    return out if out is not None else mx.array(ov)
+
+
+def _conv_into(lib: CpuLibrary, xv: np.ndarray, wv: np.ndarray, bv: np.ndarray,
+               ov: np.ndarray, silu: bool) -> None:
+    """The conv of the view xv [B, L, D] (any time stride, unit channel stride) into the view
+    ov; weights wv [D, 4], bias bv [D]."""
+    batch, length, channels = xv.shape
     rc = lib.causal_conv1d(
-        x=xv.ctypes.data, x_strides=_strides(xv), weight=w2.ctypes.data,
-        weight_strides=_strides(w2), bias=bv.ctypes.data, bias_stride=bv.strides[0] // 4,
+        x=xv.ctypes.data, x_strides=_strides(xv), weight=wv.ctypes.data,
+        weight_strides=_strides(wv), bias=bv.ctypes.data, bias_stride=bv.strides[0] // 4,
         out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
         channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=-1, silu=int(silu))
     if rc != 0:
         raise RuntimeError(f"sl_cpu_causal_conv1d returned {rc}")
-    return out if pair is not None else mx.array(ov)
 
 
-def cpu_scan(lib: CpuLibrary, u, delta_raw, A_log, B, C, D, z, strict: bool,
-             isa: int = -1, thread_order: bool = False, dt_proj=None) -> mx.array:
-    batch, length, channels = u.shape
-    extra = () if dt_proj is None else (mx.contiguous(dt_proj[0].T), mx.contiguous(dt_proj[1]))
-    pair = _output_like(u.shape, u, delta_raw, A_log, B, C, D, z, *extra)
-    uv, zv = (_unit_last(_view(a)) for a in (u, z))
-    # the rank-R input of a fused dt projection is read through its strides as it is
-    dv = _view(delta_raw) if extra else _unit_last(_view(delta_raw))
-    wv, biasv = (_view(a) for a in extra) if extra else (None, None)
-    av, bv, cv, sv = _view(A_log), _view(B), _view(C), _view(D)
-    if pair is None:
-        ov = np.empty(u.shape, np.float32)
-    else:
-        out, ov = pair
+def cpu_conv(lib: CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array:
+    channels = x.shape[2]
+    out, ov = _fresh(x.shape, x, weight, bias)
+    _conv_into(lib, _unit_last(_view(x)), _view(weight).reshape(channels, CONV_WIDTH),
+               _view(bias), ov, silu)
+    return _result(out, ov)
+
+
+def _reversed_in_time(v: np.ndarray, direction: int) -> np.ndarray:
+    """v [B, L, ...] for the forward direction (0), its time-reversed view for the backward
+    one (1): negative time strides, no copy."""
+    return v[:, ::-1] if direction else v
+
+
+def cpu_bimamba_conv(lib: CpuLibrary, x, weight, bias) -> mx.array:
+    """Both directions' SiLU(conv) (dispatch.bimamba_conv) -> [2, B, L, D]: the backward one
+    reads and writes through time-reversed views, so nothing is flipped or copied."""
+    batch, length, width = x.shape
+    channels = width // 2
+    out, ov = _fresh((2, batch, length, channels), x, weight, bias)
+    xv = _view(x)
+    wv = np.ascontiguousarray(_view(weight)).reshape(2, channels, CONV_WIDTH)
+    bv = np.ascontiguousarray(_view(bias))
+    for k in (0, 1):
+        x_k = _reversed_in_time(xv[..., k * channels:(k + 1) * channels], k)
+        _conv_into(lib, x_k, wv[k], bv[k], _reversed_in_time(ov[k], k), silu=True)
+    return _result(out, ov)
+
+
+def _scan_into(lib: CpuLibrary, uv, dv, av, bv, cv, sv, zv, ov, strict: bool, isa: int = -1,
+               thread_order: bool = False, wv=None, biasv=None) -> None:
+    """The scan of the views (unit channel strides, any time stride) into the view ov; wv
+    (the dt projection's weight, transposed [R, D]) and biasv: dv is its rank-R input."""
+    batch, length, channels = uv.shape
     rc = lib.selective_scan(
         u=uv.ctypes.data, u_strides=_strides(uv), dt=dv.ctypes.data, dt_strides=_strides(dv),
         A_log=av.ctypes.data, A_log_strides=_strides(av), B=bv.ctypes.data,
@@ -84,7 +109,50 @@ def cpu_scan(lib: CpuLibrary, u, delta_raw, A_log, B, C, D, z, strict: bool,
         rank=0 if wv is None else wv.shape[0])
     if rc != 0:
         raise RuntimeError(f"sl_cpu_selective_scan returned {rc}")
-    return out if pair is not None else mx.array(ov)
+
+
+def cpu_scan(lib: CpuLibrary, u, delta_raw, A_log, B, C, D, z, strict: bool,
+             isa: int = -1, thread_order: bool = False, dt_proj=None) -> mx.array:
+    extra = () if dt_proj is None else (mx.contiguous(dt_proj[0].T), mx.contiguous(dt_proj[1]))
+    out, ov = _fresh(u.shape, u, delta_raw, A_log, B, C, D, z, *extra)
+    uv, zv = (_unit_last(_view(a)) for a in (u, z))
+    # the rank-R input of a fused dt projection is read through its strides as it is
+    dv = _view(delta_raw) if extra else _unit_last(_view(delta_raw))
+    wv, biasv = (_view(a) for a in extra) if extra else (None, None)
+    _scan_into(lib, uv, dv, _view(A_log), _view(B), _view(C), _view(D), zv, ov, strict, isa,
+               thread_order, wv, biasv)
+    return _result(out, ov)
+
+
+def cpu_bimamba_scan(lib: CpuLibrary, u, x_dbl, z, A_log, D, dt_proj,
+                     strict: bool) -> mx.array:
+    """Both directions' scans (dispatch.bimamba_scan) -> [B, L, 2D], each direction written
+    into its half of one buffer, the backward one through time-reversed views."""
+    _, batch, length, channels = u.shape
+    weight, bias = dt_proj
+    rank = weight.shape[2]
+    fused = channels % lib.lanes() == 0  # the kernel fuses the projection for whole groups
+    if fused:
+        dt_inputs = (mx.contiguous(mx.swapaxes(weight, 1, 2)), mx.contiguous(bias))
+    else:
+        rows = x_dbl[..., :rank].reshape(2, batch * length, rank)
+        delta = mx.matmul(rows, mx.swapaxes(weight, 1, 2)) + bias[:, None, :]
+        dt_inputs = (delta.reshape(2, batch, length, channels),)
+    out, ov = _fresh((batch, length, 2 * channels), u, x_dbl, z, A_log, D, *dt_inputs)
+    uv, xv, zv = _view(u), _view(x_dbl), _view(z)
+    av, sv = np.ascontiguousarray(_view(A_log)), np.ascontiguousarray(_view(D))
+    dt_views = [_view(a) for a in dt_inputs]
+    n = D_STATE
+    for k in (0, 1):
+        x_k = _reversed_in_time(xv[k], k)
+        dv = x_k[..., :rank] if fused else _reversed_in_time(dt_views[0][k], k)
+        _scan_into(lib, _reversed_in_time(uv[k], k), dv, av[k], x_k[..., rank:rank + n],
+                   x_k[..., rank + n:], sv[k],
+                   _reversed_in_time(zv[..., k * channels:(k + 1) * channels], k),
+                   _reversed_in_time(ov[..., k * channels:(k + 1) * channels], k), strict,
+                   wv=dt_views[0][k] if fused else None,
+                   biasv=dt_views[1][k] if fused else None)
+    return _result(out, ov)
 
 
 def fusable_dt_proj(lib: CpuLibrary, u, delta_raw, dt_proj) -> bool:

@@ -101,11 +101,12 @@ def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, by
 
 
 #: The kernels by the short names their variants carry (speechlens_conv_..., speechlens_scan_...).
-KERNELS = {"conv": "causal_conv1d", "scan": "selective_scan"}
+KERNELS = {"conv": "causal_conv1d", "scan": "selective_scan", "biconv": "bimamba_conv",
+           "biscan": "bimamba_scan"}
 
 
 def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,
-           out_shape: tuple[int, ...]) -> mx.array | None:
+           out_shape: tuple[int, ...], batch: int, length: int) -> mx.array | None:
     """Run a precompiled kernel, or None where there is none (the caller slices the parents
     and takes the JIT path)."""
     if kernel is None or _unusable:
@@ -113,7 +114,7 @@ def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, 
     name, cubin = kernel
     return mx.fast.precompiled_cuda_kernel(
         name=name, compiled_source=cubin, inputs=inputs, output_shapes=[out_shape],
-        output_dtypes=[mx.float32], scalars=[int(out_shape[0]), int(out_shape[1])],
+        output_dtypes=[mx.float32], scalars=[int(batch), int(length)],
         grid=(grid, 1, 1), threadgroup=(block, 1, 1), ensure_row_contiguous=True)[0]
 
 
@@ -159,6 +160,28 @@ def scan_parts(channels: int, rank: int) -> tuple[Part, ...]:
             Part("z", channels, ("B", "L", 2 * channels), channels))
 
 
+def biconv_parts(channels: int) -> tuple[Part, ...]:
+    """xf, xb = columns [0, D) and [D, 2D) of the two directions' conv input x [B, L, 2D];
+    the weights [2, D, 4, 1] and biases [2, D] whole."""
+    parent = ("B", "L", 2 * channels)
+    return (Part("xf", 0, parent, channels), Part("xb", channels, parent, channels),
+            Part("weight", 0, (2, channels, CONV_WIDTH, 1), 1),
+            Part("bias", 0, (2, channels), channels))
+
+
+def biscan_parts(channels: int, rank: int) -> tuple[Part, ...]:
+    """u [2, B, L, D]; dt, B, C = columns of x_dbl [2, B, L, R + 2N]; the gates zf, zb =
+    columns [0, D) and [D, 2D) of z [B, L, 2D]; the per-direction weights [2, ...] whole."""
+    n = D_STATE
+    row = (2, "B", "L", rank + 2 * n)
+    parent = ("B", "L", 2 * channels)
+    return (Part("u", 0, (2, "B", "L", channels), channels), Part("dt", 0, row, rank),
+            Part("dt_w", 0, (2, channels, rank), rank), Part("dt_b", 0, (2, channels), channels),
+            Part("A_log", 0, (2, channels, n), n), Part("Bs", rank, row, n),
+            Part("Cs", rank + n, row, n), Part("Dskip", 0, (2, channels), channels),
+            Part("zf", 0, parent, channels), Part("zb", channels, parent, channels))
+
+
 def conv_template(channels: int) -> tuple:
     return (("DI", channels), ("SILU", True))
 
@@ -179,12 +202,44 @@ def scan_kernel(channels: int, rank: int, strict: bool, threads: int) -> tuple[s
                                                                    threads))
 
 
+@functools.cache
+def biconv_kernel(channels: int) -> tuple[str, bytes] | None:
+    return _build("biconv", biconv_parts(channels), conv_template(channels))
+
+
+@functools.cache
+def biscan_kernel(channels: int, rank: int, strict: bool,
+                  threads: int) -> tuple[str, bytes] | None:
+    return _build("biscan", biscan_parts(channels, rank),
+                  scan_template(channels, rank, strict, threads))
+
+
 def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array | None:
     """SiLU(causal conv of xz[..., :D]) with D = weight.shape[0], or None (see launch)."""
     batch, length, _ = xz.shape
     channels = int(weight.shape[0])
     return launch(conv_kernel(channels), [xz, weight, bias], batch * channels, threadgroup(),
-                  (batch, length, channels))
+                  (batch, length, channels), batch, length)
+
+
+def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array | None:
+    """Both directions' SiLU(conv) of x [B, L, 2D] -> [2, B, L, D] (biconv_parts), or None
+    (see launch)."""
+    batch, length, _ = x.shape
+    channels = int(weight.shape[1])
+    return launch(biconv_kernel(channels), [x, x, weight, bias], 2 * batch * channels,
+                  threadgroup(), (2, batch, length, channels), batch, length)
+
+
+def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: mx.array,
+                 dt_proj: tuple[mx.array, mx.array], strict: bool) -> mx.array | None:
+    """Both directions' scans on the packed tensors (biscan_parts) -> [B, L, 2D], or None."""
+    _, batch, length, channels = u.shape
+    weight, bias = dt_proj
+    threads = cuda_scan_threads()
+    kernel = biscan_kernel(int(channels), int(weight.shape[2]), bool(strict), threads)
+    return launch(kernel, [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, z, z],
+                  2 * batch * channels, threads, (batch, length, 2 * channels), batch, length)
 
 
 def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: mx.array,
@@ -195,4 +250,4 @@ def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: m
     threads = cuda_scan_threads()
     kernel = scan_kernel(int(channels), int(weight.shape[1]), bool(strict), threads)
     return launch(kernel, [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, xz],
-                  batch * channels, threads, tuple(u.shape))
+                  batch * channels, threads, tuple(u.shape), batch, u.shape[1])

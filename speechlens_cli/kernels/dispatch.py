@@ -8,16 +8,26 @@ import mlx.core as mx
 
 from . import cuda_packed
 from .contract import (
+    CONV_WIDTH,
     D_STATE,
     KernelInputError,
+    validate_bimamba_conv,
+    validate_bimamba_scan,
     validate_conv,
     validate_packed,
     validate_scan,
 )
 from .cpu_binding import cpu_library, cpu_threads
-from .cpu_ops import cpu_conv, cpu_scan, fusable_dt_proj
+from .cpu_ops import cpu_bimamba_conv, cpu_bimamba_scan, cpu_conv, cpu_scan, fusable_dt_proj
 from .fallback import conv1d_fallback, selective_scan_ops
-from .gpu import CUDA_MAX_DT_RANK, gpu_conv, gpu_conv_works, gpu_scan, launch_description
+from .gpu import (
+    CUDA_MAX_DT_RANK,
+    gpu_bimamba_conv,
+    gpu_conv,
+    gpu_conv_works,
+    gpu_scan,
+    launch_description,
+)
 from .notices import warn_once
 
 DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
@@ -130,7 +140,7 @@ def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
     """SiLU(causal_conv1d(xz[..., :D])) for a Mamba block's in_proj output xz [B, L, 2D]
     (x, then the gate z), D = weight.shape[0]. On CUDA a kernel compiled once per machine
     reads x in place (cuda_packed); elsewhere this is causal_conv1d on the slice."""
-    if backend() == "cuda" and not conv_kernel_disabled() and _packed_works(xz, weight, bias):
+    if backend() == "cuda" and not conv_kernel_disabled() and _packed_works(int(weight.shape[0])):
         validate_conv(xz, weight, bias, packed=True)
         y = cuda_packed.mamba_conv(xz, weight, bias)
         if y is not None:
@@ -155,18 +165,81 @@ def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: m
                           dt_proj=dt_proj)
 
 
+def _in_time_order(a: mx.array, direction: int) -> mx.array:
+    """a [B, L, ...] for the forward direction (0); its time-reversed view for the backward one
+    (1): a negative time stride, which the kernels read in place."""
+    return a[:, ::-1] if direction else a
+
+
+def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
+    """SiLU(conv) of both directions of a BiMamba -> [2, B, L, D].
+
+    x [B, L, 2D] holds the two directions' conv inputs side by side (the forward one, then the
+    backward one); weight [2, D, 4, 1], bias [2, D]. [0] is the causal conv of x[..., :D];
+    [1] the backward direction's: the causal conv of the time-reversed x[..., D:], returned in
+    time order. On CUDA, Metal and the CPU one call does both and the backward direction reads
+    the sequence from its end (nothing is flipped); elsewhere each direction is causal_conv1d
+    on a time-reversed view."""
+    validate_bimamba_conv(x, weight, bias)
+    which, channels = backend(), int(weight.shape[1])
+    if not conv_kernel_disabled():
+        if which == "cuda" and _packed_works(channels):
+            y = cuda_packed.bimamba_conv(x, weight, bias)
+            if y is not None:
+                return y
+        if which == "cpu" and (lib := cpu_library()) is not None:
+            return cpu_bimamba_conv(lib, x, weight, bias)
+        if which != "cpu" and gpu_conv_works(which, channels):
+            fuse = which == "cuda"  # as in causal_conv1d: SiLU as its own op on Metal
+            y = gpu_bimamba_conv(x, weight, bias, which, silu=fuse)
+            return y if fuse else y * mx.sigmoid(y)
+    return mx.stack([_in_time_order(causal_conv1d(
+        _in_time_order(x, k)[..., k * channels:(k + 1) * channels], weight[k], bias[k],
+        silu=True), k) for k in (0, 1)])
+
+
+def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: mx.array,
+                 dt_proj: tuple[mx.array, mx.array], strict: bool = False) -> mx.array:
+    """The scans of both directions of a BiMamba -> [B, L, 2D]: columns [0, D) the forward
+    direction's y * SiLU(z), [D, 2D) the backward direction's, in time order.
+
+    u [2, B, L, D] is bimamba_conv's output, x_dbl [2, B, L, R + 2*16] the x_proj outputs
+    (dt's rank-R input, B, C), z [B, L, 2D] the gates side by side, A_log [2, D, 16], D [2, D],
+    dt_proj=(weight [2, D, R], bias [2, D]). On CUDA and the CPU one call does both (the
+    backward direction from the sequence's end); elsewhere each direction is selective_scan
+    on time-reversed views."""
+    validate_bimamba_scan(u, x_dbl, z, A_log, D, dt_proj)
+    weight, bias = dt_proj
+    rank, channels, n = int(weight.shape[-1]), int(u.shape[-1]), D_STATE
+    which = backend()
+    if which == "cuda" and rank <= CUDA_MAX_DT_RANK and _packed_works(channels):
+        y = cuda_packed.bimamba_scan(u, x_dbl, z, A_log, D, dt_proj, strict)
+        if y is not None:
+            return y
+    if which == "cpu" and (lib := cpu_library()) is not None:
+        return cpu_bimamba_scan(lib, u, x_dbl, z, A_log, D, dt_proj, strict)
+    outs = []
+    for k in (0, 1):
+        dbl = _in_time_order(x_dbl[k], k)
+        outs.append(_in_time_order(selective_scan(
+            _in_time_order(u[k], k), dbl[..., :rank], A_log[k], dbl[..., rank:rank + n],
+            dbl[..., rank + n:], D[k], _in_time_order(z, k)[..., k * channels:(k + 1) * channels],
+            strict=strict, dt_proj=(weight[k], bias[k])), k))
+    return mx.concatenate(outs, axis=-1)
+
+
 _packed_probed: dict[int, bool] = {}
 
 
-def _packed_works(xz: mx.array, weight: mx.array, bias: mx.array) -> bool:
+def _packed_works(channels: int) -> bool:
     """Run the precompiled conv once per D on a tiny input (a cubin that fails to load would
     only fail at evaluation, in the middle of a window); a failure turns them all off."""
-    channels = int(weight.shape[0])
     if channels not in _packed_probed:
         ok = False
         try:
             tiny = mx.zeros((1, 2, 2 * channels), mx.float32)
-            y = cuda_packed.mamba_conv(tiny, mx.zeros_like(weight), mx.zeros_like(bias))
+            y = cuda_packed.mamba_conv(tiny, mx.zeros((channels, CONV_WIDTH, 1), mx.float32),
+                                       mx.zeros((channels,), mx.float32))
             if y is not None:
                 mx.eval(y)
                 ok = True

@@ -13,6 +13,8 @@ from .sources import source
 
 # mx.fast kernel signatures (the bodies kernels/*_body.h use these names).
 CONV_INPUTS = ("x", "weight", "bias")
+# Both directions of a BiMamba's conv in one launch (bimamba_conv_body.h).
+BICONV_INPUTS = ("xf", "xb", "weight", "bias")
 SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
 # The CUDA scan can fuse the dt projection: dt is delta_raw or the projection's rank-R input.
 CUDA_SCAN_INPUTS = ("u", "dt", "dt_w", "dt_b", "A_log", "Bs", "Cs", "Dskip", "z")
@@ -29,11 +31,11 @@ CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 
 def kernel_sources(name: str, which: str) -> tuple[str, str]:
-    """(body, header) of kernel `name` (causal_conv1d, selective_scan) on `which` (metal,
-    cuda): the backend header and sl_mamba.h, and for the CUDA scan its own body and
-    sl_scan_cuda.h."""
-    cuda_scan = which == "cuda" and name == "selective_scan"
-    body = "selective_scan_cuda_body.h" if cuda_scan else f"{name}_body.h"
+    """(body, header) of kernel `name` (causal_conv1d, selective_scan, bimamba_conv,
+    bimamba_scan) on `which` (metal, cuda): the backend header and sl_mamba.h, and for a CUDA
+    scan its own body and sl_scan_cuda.h."""
+    cuda_scan = which == "cuda" and name.endswith("_scan")
+    body = f"{name}_cuda_body.h" if cuda_scan else f"{name}_body.h"
     header = source(f"sl_backend_{which}.h") + source("sl_mamba.h")
     return source(body), header + (source("sl_scan_cuda.h") if cuda_scan else "")
 
@@ -45,8 +47,8 @@ def _gpu_kernel(name: str, which: str):
     cuda_scan = which == "cuda" and name == "selective_scan"
     body, header = kernel_sources(name, which)
     build = mx.fast.cuda_kernel if which == "cuda" else mx.fast.metal_kernel
-    inputs = (CONV_INPUTS if name == "causal_conv1d" else
-              CUDA_SCAN_INPUTS if cuda_scan else SCAN_INPUTS)
+    inputs = {"causal_conv1d": CONV_INPUTS, "bimamba_conv": BICONV_INPUTS}.get(
+        name, CUDA_SCAN_INPUTS if cuda_scan else SCAN_INPUTS)
     return build(name=f"speechlens_{name}" + ("_cuda" if cuda_scan else ""),
                  input_names=list(inputs),
                  output_names=list(OUTPUTS), source=body, header=header,
@@ -66,6 +68,19 @@ def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
                   template=[("DI", int(channels)), ("SILU", bool(silu))],
                   grid=(batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
                   output_shapes=[tuple(x.shape)], output_dtypes=[mx.float32])[0]
+
+
+def gpu_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
+                     silu: bool = False) -> mx.array:
+    """Both directions of a BiMamba's conv (bimamba_conv_body.h) on their inputs side by side,
+    x [B, L, 2D] -> [2, B, L, D]; the halves are read through their strides (no copy)."""
+    batch, length, width = x.shape
+    channels = width // 2
+    kernel = _gpu_kernel("bimamba_conv", which)
+    return kernel(inputs=[x[..., :channels], x[..., channels:], weight, bias],
+                  template=[("DI", int(channels)), ("SILU", bool(silu))],
+                  grid=(2 * batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
+                  output_shapes=[(2, batch, length, channels)], output_dtypes=[mx.float32])[0]
 
 
 def cuda_scan_threads() -> int:

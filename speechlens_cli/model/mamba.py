@@ -2,25 +2,30 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 import mlx.nn as nn
+import numpy as np
 
 from .. import kernels
 from .config import ModelConfig
 from .scheduling import in_turn, joined, tiles
 
-#: A BiMamba takes its sequences in groups whose in_proj output is about this size, so a
-#: pending TF block on a GPU holds two groups, not every intermediate of the window (30 s at
-#: 48 kHz: 1.5 GB per in_proj output, ~13 GB per block). Large enough that 5-s windows run as
-#: one group: smaller groups starve the scan kernel of threads on a GPU.
+#: A BiMamba takes its sequences in groups whose in_proj output (both directions) is about
+#: this size, so a pending TF block on a GPU holds two groups, not every intermediate of the
+#: window (30 s at 48 kHz: 3 GB per in_proj output, ~13 GB per block). Large enough that 5-s
+#: windows run as one group: smaller groups starve the scan kernel of threads on a GPU.
 GROUP_BYTES = 2**30
 
 
 class Mamba(nn.Module):
+    """One direction's parameters (mamba_ssm `Mamba`, the checkpoint's layout); BiMamba runs
+    both directions at once from them (BiMambaWeights)."""
+
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         d, di, n, r = cfg.hid_feature, cfg.d_inner, cfg.d_state, cfg.dt_rank
-        self.d_inner, self.d_state, self.dt_rank = di, n, r
         self.in_proj = nn.Linear(d, 2 * di, bias=False)
         self.conv1d = nn.Conv1d(di, di, cfg.d_conv, groups=di, bias=True)
         self.x_proj = nn.Linear(di, r + 2 * n, bias=False)
@@ -29,17 +34,58 @@ class Mamba(nn.Module):
         self.D = mx.ones((di,))
         self.out_proj = nn.Linear(di, d, bias=False)
 
-    def __call__(self, u: mx.array, strict: bool) -> mx.array:
-        xz = self.in_proj(u)  # x, then the gate z
-        x = kernels.mamba_conv(xz, self.conv1d.weight, self.conv1d.bias)
-        x_dbl = self.x_proj(x)  # dt's rank-R input, B, C
-        y = kernels.mamba_scan(x, x_dbl, xz, self.A_log, self.D,
-                               (self.dt_proj.weight, self.dt_proj.bias), strict=strict)
-        return self.out_proj(y)
+
+@dataclass(frozen=True)
+class BiMambaWeights:
+    """A BiMamba's weights laid out for running both directions at once (one matmul per
+    projection, one kernel launch per hot spot), derived from the checkpoint's per-direction
+    layout by BiMamba.weights. Index 0 is the forward direction, 1 the backward one."""
+
+    sources: tuple[mx.array, ...]  # the parameters these were derived from
+    in_x: mx.array  # [d, 2D]: in_proj's conv-input half, the forward direction's, then backward's
+    in_z: mx.array  # [d, 2D]: in_proj's gate half, likewise
+    conv_weight: mx.array  # [2, D, 4, 1]
+    conv_bias: mx.array  # [2, D]
+    x_proj: mx.array  # [2, D, R + 2N]
+    A_log: mx.array  # [2, D, N]
+    D: mx.array  # [2, D]
+    dt_weight: mx.array  # [2, D, R]
+    dt_bias: mx.array  # [2, D]
+    merge_y: mx.array  # [2D, d]: each direction's out_proj, then its half of output_proj
+    merge_x: mx.array  # [d, d]: the residual input's share of output_proj (both halves)
+    merge_bias: mx.array  # [d]
+
+
+def _float64(a: mx.array) -> np.ndarray:
+    return np.asarray(a, dtype=np.float64)
+
+
+def project_in(x: mx.array, weights: BiMambaWeights) -> tuple[mx.array, mx.array]:
+    """Both directions' in_proj: [B, L, d] -> the conv inputs and the gates, [B, L, 2D] each.
+    A projection acts on each step alone, so the backward direction's in_proj of the reversed
+    sequence is this one's columns read from the end. Two matmuls rather than one, so the conv
+    inputs are freed before the scan runs (one direction's in_proj output less in memory)."""
+    return x @ weights.in_x, x @ weights.in_z
+
+
+def project_x(u: mx.array, weights: BiMambaWeights) -> mx.array:
+    """Both directions' x_proj: [2, B, L, D] -> [2, B, L, R + 2N], one batched matmul."""
+    two, batch, length, channels = u.shape
+    rows = u.reshape(two, batch * length, channels) @ weights.x_proj
+    return rows.reshape(two, batch, length, -1)
+
+
+def merge(y: mx.array, x: mx.array, weights: BiMambaWeights) -> mx.array:
+    """output_proj(concat[out_proj(y_f) + x, out_proj(y_b) + x]) with the out_projs folded into
+    output_proj: y [B, L, 2D] (bimamba_scan's), x [B, L, d] -> [B, L, d] in two matmuls."""
+    return mx.addmm(mx.addmm(weights.merge_bias, x, weights.merge_x), y, weights.merge_y)
 
 
 class BiMamba(nn.Module):
-    """Forward and backward (flipped-sequence) Mamba, concatenated, merged by Linear + LayerNorm."""
+    """Forward and backward (time-reversed) Mamba, each plus its input, concatenated and merged
+    by Linear + LayerNorm. Both directions run together: in_proj as two matmuls (conv inputs,
+    gates), one conv and one scan launch (the backward direction reads the sequence from its end; nothing is flipped),
+    one batched x_proj and one merge whose matmuls include the out_projs."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -50,10 +96,55 @@ class BiMamba(nn.Module):
         self.norm = nn.LayerNorm(d, eps=cfg.norm_epsilon)
 
     def __call__(self, x: mx.array, strict: bool) -> mx.array:
-        forward = self.forward_blocks(x, strict) + x
-        reversed_x = mx.flip(x, axis=1)
-        backward = mx.flip(self.backward_blocks(reversed_x, strict) + reversed_x, axis=1)
-        return self.norm(self.output_proj(mx.concatenate([forward, backward], axis=-1)))
+        w = self.weights()
+        conv_in, gates = project_in(x, w)
+        u = kernels.bimamba_conv(conv_in, w.conv_weight, w.conv_bias)
+        y = kernels.bimamba_scan(u, project_x(u, w), gates, w.A_log, w.D,
+                                 (w.dt_weight, w.dt_bias), strict=strict)
+        return self.norm(merge(y, x, w))
+
+    def _sources(self) -> tuple[mx.array, ...]:
+        f, b, out = self.forward_blocks, self.backward_blocks, self.output_proj
+        return tuple(getattr(m, name) for m in (f, b) for name in ("A_log", "D")) + tuple(
+            layer[key] for m in (f, b)
+            for layer, key in ((m.in_proj, "weight"), (m.conv1d, "weight"), (m.conv1d, "bias"),
+                               (m.x_proj, "weight"), (m.dt_proj, "weight"),
+                               (m.dt_proj, "bias"), (m.out_proj, "weight"))
+        ) + (out.weight, out.bias)
+
+    def weights(self) -> BiMambaWeights:
+        """The two-direction layout of the current parameters, derived once and again only
+        after a parameter is replaced (a new checkpoint loaded into the same model)."""
+        sources = self._sources()
+        cached = getattr(self, "_weights", None)
+        if cached is not None and all(a is b for a, b in zip(cached.sources, sources,
+                                                              strict=True)):
+            return cached
+        f, b = self.forward_blocks, self.backward_blocks
+        d, inner = self.output_proj.weight.shape[0], f.D.shape[0]
+        halves = _float64(self.output_proj.weight).T  # [2d, d]: rows [0, d) take forward + x
+        merge_y = np.concatenate([_float64(m.out_proj.weight).T @ halves[k * d:(k + 1) * d]
+                                  for k, m in enumerate((f, b))], axis=0)
+
+        def stacked(get) -> mx.array:
+            return mx.stack([get(f), get(b)])
+
+        weights = BiMambaWeights(
+            sources=sources,
+            in_x=mx.concatenate([m.in_proj.weight[:inner] for m in (f, b)], axis=0).T,
+            in_z=mx.concatenate([m.in_proj.weight[inner:] for m in (f, b)], axis=0).T,
+            conv_weight=stacked(lambda m: m.conv1d.weight),
+            conv_bias=stacked(lambda m: m.conv1d.bias),
+            x_proj=stacked(lambda m: m.x_proj.weight.T),
+            A_log=stacked(lambda m: m.A_log), D=stacked(lambda m: m.D),
+            dt_weight=stacked(lambda m: m.dt_proj.weight),
+            dt_bias=stacked(lambda m: m.dt_proj.bias),
+            merge_y=mx.array(merge_y.astype(np.float32)),
+            merge_x=mx.array((halves[:d] + halves[d:]).astype(np.float32)),
+            merge_bias=self.output_proj.bias)
+        mx.eval([getattr(weights, k) for k in weights.__dataclass_fields__ if k != "sources"])
+        self._weights = weights
+        return weights
 
 
 class TFMambaBlock(nn.Module):
@@ -76,7 +167,7 @@ class TFMambaBlock(nn.Module):
     @staticmethod
     def _residual_in_groups(mamba: BiMamba, seqs: mx.array, strict: bool) -> mx.array:
         """mamba(seqs) + seqs, over groups of sequences (independent of each other)."""
-        inner = mamba.forward_blocks.in_proj.weight.shape[0]
-        groups = tiles(seqs.shape[0], 4 * seqs.shape[1] * inner, GROUP_BYTES)
+        inner = mamba.forward_blocks.in_proj.weight.shape[0]  # one direction's x and z
+        groups = tiles(seqs.shape[0], 4 * seqs.shape[1] * 2 * inner, GROUP_BYTES)
         return joined(list(in_turn(mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups)),
                       axis=0)

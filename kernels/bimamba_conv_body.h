@@ -1,0 +1,32 @@
+// Body of the causal depthwise conv1d (k = 4) of both directions of a BiMamba in one launch, for
+// Metal and CUDA alike (the backend header supplies the thread index and integer types).
+// Signature (MLX's JIT one, or the precompiled wrapper's, which rebuilds the same names):
+//   inputs  xf, xb [B, L, DI]: the forward and backward directions' conv inputs (columns
+//           [0, DI) and [DI, 2 DI) of their in_proj output x); weight [2, DI, 4, 1]; bias [2, DI]
+//           (with *_shape, *_strides: the inputs need not be row contiguous);
+//   output  out [2, B, L, DI] (row contiguous): out[0] the causal conv of xf, out[1] the
+//           backward direction's, i.e. the causal conv of xf's time-reversed sequence, written
+//           back in time order;
+//   template DI (channels), SILU (apply SiLU).
+// One thread per (direction, batch, channel). The backward direction runs the same per-thread
+// code from the last step with negated time strides, so no reversed copy is ever made.
+const SL_INDEX gid = SL_THREAD_INDEX(thread_position_in_grid);
+const int nbatch = xf_shape[0];
+const int length = xf_shape[1];
+const SL_INDEX pairs = (SL_INDEX)(nbatch) * (SL_INDEX)(DI);
+if (gid >= 2 * pairs) {
+  return;
+}
+const int dir = gid >= pairs ? 1 : 0;
+const SL_INDEX g = gid - (SL_INDEX)(dir) * pairs;
+const int b = (int)(g / (SL_INDEX)(DI));
+const int d = (int)(g % (SL_INDEX)(DI));
+const SL_I64 first = dir ? (SL_I64)(length - 1) : 0;  // the row of the direction's first step
+const SL_I64 step = dir ? -1 : 1;
+sl_causal_conv1d_thread<float, SILU>(
+    (dir ? xb : xf) + b * xf_strides[0] + first * xf_strides[1] + d * xf_strides[2],
+    step * xf_strides[1],
+    out + (((SL_I64)(dir) * nbatch + b) * length + first) * DI + d, step * (SL_I64)(DI),
+    weight + dir * weight_strides[0] + d * weight_strides[1], weight_strides[2],
+    weight_strides[1], bias + dir * bias_strides[0] + d * bias_strides[1], bias_strides[1],
+    length);
