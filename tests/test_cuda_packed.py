@@ -162,7 +162,8 @@ def test_precompiled_two_direction_conv_wrapper_reads_both_directions_in_place(
     b = rng.standard_normal((2, channels)).astype(np.float32)
     # the inputs in bimamba_conv's order: xs stands for both directions' x
     out = _call(cpu_wrappers, "biconv", cuda_packed.conv_template(channels), [xs, xs, w, b],
-                (2, batch, length, channels), batch, length, 2 * batch * channels)
+                (2, batch, length, channels), batch, length,
+                gpu.bimamba_conv_threads("cuda", batch, channels))
     for k in (0, 1):
         x = _reversed(xs[..., k * channels:(k + 1) * channels], k)
         want = _reversed(ref.reference_causal_conv1d(x, w[k].transpose(0, 2, 1), b[k]), k)

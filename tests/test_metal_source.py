@@ -68,7 +68,8 @@ def _signature(which: str, inputs: tuple[str, ...], body: str) -> str:
 def _harness(which: str) -> str:
     src = kernels.kernel_source_dir()
     conv_body = (src / "causal_conv1d_body.h").read_text()
-    biconv_body = (src / "bimamba_conv_body.h").read_text()
+    biconv_file = "bimamba_conv_body.h" if which == "metal" else "bimamba_conv_cuda_body.h"
+    biconv_body = (src / biconv_file).read_text()
     scan_file = "selective_scan_body.h" if which == "metal" else "selective_scan_cuda_body.h"
     scan_body = (src / scan_file).read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
@@ -79,7 +80,7 @@ def _harness(which: str) -> str:
         f'#include "{shim}"',
         f'#include "sl_backend_{which}.h"',
         '#include "sl_mamba.h"',
-        *(['#include "sl_scan_cuda.h"'] if which == "cuda" else []),
+        *(['#include "sl_scan_cuda.h"', '#include "sl_conv_cuda.h"'] if which == "cuda" else []),
         "#include <array>",
         "typedef std::array<int32_t, 10> Shape;",
         "typedef std::array<int64_t, 10> Strides;",
@@ -91,7 +92,7 @@ def _harness(which: str) -> str:
         "",
         "template <int DI, bool SILU>",
         f"void biconv_kernel(\n    {_signature(which, gpu.BICONV_INPUTS, biconv_body)}) {{",
-        '#include "bimamba_conv_body.h"',
+        f'#include "{biconv_file}"',
         "}",
         "",
         scan_template,
@@ -348,7 +349,8 @@ def test_two_direction_conv_source_matches_float64(harness, batch, length, chann
     out = np.full((2, batch, length, channels), np.nan, np.float32)
     ptrs, shp, strd, _keep = _pack([xs[..., :channels], xs[..., channels:], weight, bias])
     assert handle.run_biconv(channels, int(silu), ptrs, shp, strd,
-                             out.ctypes.data_as(ctypes.c_void_p), 2 * batch * channels) == 0
+                             out.ctypes.data_as(ctypes.c_void_p),
+                             gpu.bimamba_conv_threads(which, batch, channels)) == 0
     for k in (0, 1):
         x = xs[..., k * channels:(k + 1) * channels]
         want = ref.reference_causal_conv1d(x[:, ::-1] if k else x, weight[k].transpose(0, 2, 1),

@@ -17,7 +17,13 @@ from dataclasses import dataclass
 import mlx.core as mx
 
 from .contract import CONV_WIDTH, D_STATE
-from .gpu import CUDA_SCAN_CHUNK, cuda_scan_threads, kernel_sources, threadgroup
+from .gpu import (
+    CUDA_SCAN_CHUNK,
+    bimamba_conv_threads,
+    cuda_scan_threads,
+    kernel_sources,
+    threadgroup,
+)
 from .notices import warn_once
 from .nvrtc import NvrtcError, cached_cubin, compute_capability, nvrtc, nvrtc_version
 from .sources import cache_dir
@@ -227,8 +233,9 @@ def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array | No
     (see launch)."""
     batch, length, _ = x.shape
     channels = int(weight.shape[1])
-    return launch(biconv_kernel(channels), [x, x, weight, bias], 2 * batch * channels,
-                  threadgroup(), (2, batch, length, channels), batch, length)
+    return launch(biconv_kernel(channels), [x, x, weight, bias],
+                  bimamba_conv_threads("cuda", batch, channels), threadgroup(),
+                  (2, batch, length, channels), batch, length)
 
 
 def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: mx.array,

@@ -30,14 +30,21 @@ CUDA_MAX_DT_RANK = 16
 CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 
+#: CUDA's own bodies, with the header of their thread, where the shared ones leave the GPU idle.
+CUDA_BODIES = {"selective_scan": ("selective_scan_cuda_body.h", "sl_scan_cuda.h"),
+               "bimamba_scan": ("bimamba_scan_cuda_body.h", "sl_scan_cuda.h"),
+               "bimamba_conv": ("bimamba_conv_cuda_body.h", "sl_conv_cuda.h")}
+
+
 def kernel_sources(name: str, which: str) -> tuple[str, str]:
     """(body, header) of kernel `name` (causal_conv1d, selective_scan, bimamba_conv,
-    bimamba_scan) on `which` (metal, cuda): the backend header and sl_mamba.h, and for a CUDA
-    scan its own body and sl_scan_cuda.h."""
-    cuda_scan = which == "cuda" and name.endswith("_scan")
-    body = f"{name}_cuda_body.h" if cuda_scan else f"{name}_body.h"
+    bimamba_scan) on `which` (metal, cuda): the backend header and sl_mamba.h, and on CUDA
+    its own body and thread header where it has one (CUDA_BODIES)."""
     header = source(f"sl_backend_{which}.h") + source("sl_mamba.h")
-    return source(body), header + (source("sl_scan_cuda.h") if cuda_scan else "")
+    if which == "cuda" and name in CUDA_BODIES:
+        body, thread = CUDA_BODIES[name]
+        return source(body), header + source(thread)
+    return source(f"{name}_body.h"), header
 
 
 @functools.cache
@@ -70,16 +77,25 @@ def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
                   output_shapes=[tuple(x.shape)], output_dtypes=[mx.float32])[0]
 
 
+def bimamba_conv_threads(which: str, batch: int, channels: int) -> int:
+    """Threads of a two-direction conv launch: one per (direction, batch, channel), on CUDA
+    one per four adjacent channels when D is a multiple of 4 (bimamba_conv_cuda_body.h)."""
+    lanes = 4 if which == "cuda" and channels % 4 == 0 else 1
+    return 2 * batch * channels // lanes
+
+
 def gpu_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
                      silu: bool = False) -> mx.array:
-    """Both directions of a BiMamba's conv (bimamba_conv_body.h) on their inputs side by side,
-    x [B, L, 2D] -> [2, B, L, D]; the halves are read through their strides (no copy)."""
+    """Both directions of a BiMamba's conv (bimamba_conv_body.h, on CUDA its own body) on
+    their inputs side by side, x [B, L, 2D] (row contiguous) -> [2, B, L, D]; the halves are
+    read through their strides (no copy)."""
     batch, length, width = x.shape
     channels = width // 2
     kernel = _gpu_kernel("bimamba_conv", which)
     return kernel(inputs=[x[..., :channels], x[..., channels:], weight, bias],
                   template=[("DI", int(channels)), ("SILU", bool(silu))],
-                  grid=(2 * batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
+                  grid=(bimamba_conv_threads(which, batch, channels), 1, 1),
+                  threadgroup=(threadgroup(), 1, 1),
                   output_shapes=[(2, batch, length, channels)], output_dtypes=[mx.float32])[0]
 
 

@@ -84,8 +84,9 @@ def merge(y: mx.array, x: mx.array, weights: BiMambaWeights) -> mx.array:
 class BiMamba(nn.Module):
     """Forward and backward (time-reversed) Mamba, each plus its input, concatenated and merged
     by Linear + LayerNorm. Both directions run together: in_proj as two matmuls (conv inputs,
-    gates), one conv and one scan launch (the backward direction reads the sequence from its end; nothing is flipped),
-    one batched x_proj and one merge whose matmuls include the out_projs."""
+    gates), one conv and one scan launch (the backward direction reads the sequence from its
+    end; nothing is flipped), one batched x_proj and one merge whose matmuls include the
+    out_projs."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -142,8 +143,7 @@ class BiMamba(nn.Module):
             merge_y=mx.array(merge_y.astype(np.float32)),
             merge_x=mx.array((halves[:d] + halves[d:]).astype(np.float32)),
             merge_bias=self.output_proj.bias)
-        mx.eval([getattr(weights, k) for k in weights.__dataclass_fields__ if k != "sources"])
-        self._weights = weights
+        self._weights = weights  # evaluated with the first window that uses them (no sync here)
         return weights
 
 
