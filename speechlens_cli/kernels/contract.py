@@ -23,16 +23,11 @@ def _check_float32(**arrays: mx.array) -> None:
         _check(a.dtype == mx.float32, f"{name} must be float32, got {a.dtype}")
 
 
-def validate_conv(x: mx.array, weight: mx.array, bias: mx.array, packed: bool = False) -> None:
-    """``packed``: x is a Mamba block's in_proj output [B, L, 2D], whose first D columns are
-    the conv's input (dispatch.mamba_conv)."""
+def validate_conv(x: mx.array, weight: mx.array, bias: mx.array) -> None:
     _check_float32(x=x, weight=weight, bias=bias)
     _check(x.ndim == 3, f"x must be [B, L, D], got shape {tuple(x.shape)}")
     batch, length, channels = x.shape
     _check(batch > 0 and length > 0 and channels > 0, f"x has an empty dimension: {x.shape}")
-    if packed:
-        _check(channels % 2 == 0, f"xz must be [B, L, 2D], got shape {tuple(x.shape)}")
-        channels //= 2
     _check(tuple(weight.shape) == (channels, CONV_WIDTH, 1),
            f"weight must be [D={channels}, {CONV_WIDTH}, 1], got {tuple(weight.shape)}")
     _check(tuple(bias.shape) == (channels,), f"bias must be [D={channels}], got {bias.shape}")
@@ -65,26 +60,6 @@ def validate_scan(u, delta_raw, A_log, B, C, D, z, dt_proj=None) -> None:
     _check(tuple(D.shape) == (channels,), f"D must be [{channels}], got {tuple(D.shape)}")
 
 
-def validate_packed(u, x_dbl, xz, A_log, D, dt_proj) -> None:
-    """A Mamba block's packed scan inputs (dispatch.mamba_scan): u [B, L, D], x_dbl
-    [B, L, R + 2*16], xz [B, L, 2D], A_log [D, 16], D [D], dt_proj (weight [D, R], bias [D]).
-    Checked from the shapes alone: no slice is made on the way to a kernel that reads in place."""
-    weight, bias = dt_proj
-    _check_float32(u=u, x_dbl=x_dbl, xz=xz, A_log=A_log, D=D, dt_proj_weight=weight,
-                   dt_proj_bias=bias)
-    _check(u.ndim == 3 and min(u.shape) > 0, f"u must be [B, L, D], got shape {tuple(u.shape)}")
-    batch, length, channels = u.shape
-    rank = weight.shape[1] if weight.ndim == 2 else -1
-    want = {"x_dbl": (x_dbl, (batch, length, rank + 2 * D_STATE)),
-            "xz": (xz, (batch, length, 2 * channels)), "A_log": (A_log, (channels, D_STATE)),
-            "D": (D, (channels,)), "dt_proj weight": (weight, (channels, rank)),
-            "dt_proj bias": (bias, (channels,))}
-    _check(rank > 0, f"dt_proj weight must be [{channels}, R], got {tuple(weight.shape)}")
-    for name, (a, shape) in want.items():
-        _check(tuple(a.shape) == shape, f"{name} must be {list(shape)}, got {list(a.shape)}")
-
-
-
 def _check_shapes(want: dict) -> None:
     for name, (a, shape) in want.items():
         _check(tuple(a.shape) == shape, f"{name} must be {list(shape)}, got {list(a.shape)}")
@@ -109,7 +84,8 @@ def validate_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> None
 def validate_bimamba_scan(u, x_dbl, z, A_log, D, dt_proj) -> None:
     """A BiMamba's two-direction scan inputs (dispatch.bimamba_scan): u [2, B, L, D], x_dbl
     [2, B, L, R + 2*16], z [B, L, 2D], A_log [2, D, 16], D [2, D], dt_proj (weight
-    [2, D, R], bias [2, D]). Checked from the shapes alone, like validate_packed."""
+    [2, D, R], bias [2, D]). Checked from the shapes alone: no slice is made on the way to a
+    kernel that reads its parts in place."""
     weight, bias = dt_proj
     _check_float32(u=u, x_dbl=x_dbl, z=z, A_log=A_log, D=D, dt_proj_weight=weight,
                    dt_proj_bias=bias)

@@ -1,8 +1,9 @@
-"""The CUDA kernels on a Mamba block's packed tensors, compiled once per machine.
+"""The CUDA kernels of a BiMamba's two directions on its packed tensors, compiled once per
+machine.
 
-A Mamba block holds its conv input and gate side by side in the in_proj output ``xz``
-([B, L, 2D]: x, then z) and the scan's dt input, B and C side by side in the x_proj output
-``x_dbl`` ([B, L, R + 2N]). The kernels read them in place. MLX arrays do not expose their
+A BiMamba holds both directions' conv inputs side by side in ``x`` and their gates in ``z``
+([B, L, 2D] each), and each direction's dt input, B and C side by side in the x_proj output
+``x_dbl`` ([2, B, L, R + 2N]). The kernels read them in place. MLX arrays do not expose their
 strides, so a precompiled kernel (``mx.fast.precompiled_cuda_kernel``, see nvrtc.py) cannot be
 handed a slice: it is handed the row-contiguous parent and the column where its part starts,
 and the strides follow from the parent's shape. The kernel bodies are the JIT path's, wrapped
@@ -106,9 +107,8 @@ def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, by
     return None if cubin is None else (name, cubin)
 
 
-#: The kernels by the short names their variants carry (speechlens_conv_..., speechlens_scan_...).
-KERNELS = {"conv": "causal_conv1d", "scan": "selective_scan", "biconv": "bimamba_conv",
-           "biscan": "bimamba_scan"}
+#: The kernels by the short names their variants carry (speechlens_biconv_..., ...).
+KERNELS = {"biconv": "bimamba_conv", "biscan": "bimamba_scan"}
 
 
 def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,
@@ -148,24 +148,6 @@ def mark_unusable(reason: str) -> None:
                   "compiling them with MLX instead")
 
 
-def conv_parts(channels: int) -> tuple[Part, ...]:
-    """x = columns [0, D) of xz [B, L, 2D]; the weight [D, 4, 1] and bias [D] whole."""
-    return (Part("x", 0, ("B", "L", 2 * channels), channels),
-            Part("weight", 0, (channels, CONV_WIDTH, 1), 1), Part("bias", 0, (channels,), channels))
-
-
-def scan_parts(channels: int, rank: int) -> tuple[Part, ...]:
-    """u [B, L, D]; dt, B, C = columns [0, R), [R, R+N), [R+N, R+2N) of x_dbl; z = columns
-    [D, 2D) of xz; dt_proj's weight [D, R] and bias [D], A_log [D, N], D [D] whole."""
-    n = D_STATE
-    row = rank + 2 * n
-    return (Part("u", 0, ("B", "L", channels), channels), Part("dt", 0, ("B", "L", row), rank),
-            Part("dt_w", 0, (channels, rank), rank), Part("dt_b", 0, (channels,), channels),
-            Part("A_log", 0, (channels, n), n), Part("Bs", rank, ("B", "L", row), n),
-            Part("Cs", rank + n, ("B", "L", row), n), Part("Dskip", 0, (channels,), channels),
-            Part("z", channels, ("B", "L", 2 * channels), channels))
-
-
 def biconv_parts(channels: int) -> tuple[Part, ...]:
     """xf, xb = columns [0, D) and [D, 2D) of the two directions' conv input x [B, L, 2D];
     the weights [2, D, 4, 1] and biases [2, D] whole."""
@@ -198,17 +180,6 @@ def scan_template(channels: int, rank: int, strict: bool, threads: int) -> tuple
 
 
 @functools.cache
-def conv_kernel(channels: int) -> tuple[str, bytes] | None:
-    return _build("conv", conv_parts(channels), conv_template(channels))
-
-
-@functools.cache
-def scan_kernel(channels: int, rank: int, strict: bool, threads: int) -> tuple[str, bytes] | None:
-    return _build("scan", scan_parts(channels, rank), scan_template(channels, rank, strict,
-                                                                   threads))
-
-
-@functools.cache
 def biconv_kernel(channels: int) -> tuple[str, bytes] | None:
     return _build("biconv", biconv_parts(channels), conv_template(channels))
 
@@ -218,14 +189,6 @@ def biscan_kernel(channels: int, rank: int, strict: bool,
                   threads: int) -> tuple[str, bytes] | None:
     return _build("biscan", biscan_parts(channels, rank),
                   scan_template(channels, rank, strict, threads))
-
-
-def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array | None:
-    """SiLU(causal conv of xz[..., :D]) with D = weight.shape[0], or None (see launch)."""
-    batch, length, _ = xz.shape
-    channels = int(weight.shape[0])
-    return launch(conv_kernel(channels), [xz, weight, bias], batch * channels, threadgroup(),
-                  (batch, length, channels), batch, length)
 
 
 def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array | None:
@@ -247,14 +210,3 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
     kernel = biscan_kernel(int(channels), int(weight.shape[2]), bool(strict), threads)
     return launch(kernel, [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, z, z],
                   2 * batch * channels, threads, (batch, length, 2 * channels), batch, length)
-
-
-def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: mx.array,
-               dt_proj: tuple[mx.array, mx.array], strict: bool) -> mx.array | None:
-    """The scan on the packed tensors (scan_parts), or None (see launch)."""
-    batch, _, channels = u.shape
-    weight, bias = dt_proj
-    threads = cuda_scan_threads()
-    kernel = scan_kernel(int(channels), int(weight.shape[1]), bool(strict), threads)
-    return launch(kernel, [u, x_dbl, weight, bias, A_log, x_dbl, x_dbl, D, xz],
-                  batch * channels, threads, tuple(u.shape), batch, u.shape[1])

@@ -14,7 +14,6 @@ from .contract import (
     validate_bimamba_conv,
     validate_bimamba_scan,
     validate_conv,
-    validate_packed,
     validate_scan,
 )
 from .cpu_binding import cpu_library, cpu_threads
@@ -136,35 +135,6 @@ def _fuses_dt_proj(which: str, lib, u, delta_raw, dt_proj) -> bool:
     return which == "cuda" and delta_raw.ndim == 3 and delta_raw.shape[2] <= CUDA_MAX_DT_RANK
 
 
-def mamba_conv(xz: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
-    """SiLU(causal_conv1d(xz[..., :D])) for a Mamba block's in_proj output xz [B, L, 2D]
-    (x, then the gate z), D = weight.shape[0]. On CUDA a kernel compiled once per machine
-    reads x in place (cuda_packed); elsewhere this is causal_conv1d on the slice."""
-    if backend() == "cuda" and not conv_kernel_disabled() and _packed_works(int(weight.shape[0])):
-        validate_conv(xz, weight, bias, packed=True)
-        y = cuda_packed.mamba_conv(xz, weight, bias)
-        if y is not None:
-            return y
-    return causal_conv1d(xz[..., : weight.shape[0]], weight, bias, silu=True)
-
-
-def mamba_scan(u: mx.array, x_dbl: mx.array, xz: mx.array, A_log: mx.array, D: mx.array,
-               dt_proj: tuple[mx.array, mx.array], strict: bool = False) -> mx.array:
-    """selective_scan for a Mamba block: dt's rank-R input, B and C are the columns of the
-    x_proj output x_dbl [B, L, R + 2*16], z the second half of xz [B, L, 2D], and
-    dt_proj=(weight [D, R], bias [D]) is applied in the kernel where it can be. On CUDA a kernel
-    compiled once per machine reads them in place (cuda_packed)."""
-    rank, channels, n = int(dt_proj[0].shape[1]), int(u.shape[2]), D_STATE
-    if backend() == "cuda" and rank <= CUDA_MAX_DT_RANK and not cuda_packed.unusable():
-        validate_packed(u, x_dbl, xz, A_log, D, dt_proj)
-        y = cuda_packed.mamba_scan(u, x_dbl, xz, A_log, D, dt_proj, strict)
-        if y is not None:
-            return y
-    return selective_scan(u, x_dbl[..., :rank], A_log, x_dbl[..., rank:rank + n],
-                          x_dbl[..., rank + n:], D, xz[..., channels:], strict=strict,
-                          dt_proj=dt_proj)
-
-
 def _in_time_order(a: mx.array, direction: int) -> mx.array:
     """a [B, L, ...] for the forward direction (0); its time-reversed view for the backward one
     (1): a negative time stride, which the kernels read in place."""
@@ -237,9 +207,9 @@ def _packed_works(channels: int) -> bool:
     if channels not in _packed_probed:
         ok = False
         try:
-            tiny = mx.zeros((1, 2, 2 * channels), mx.float32)
-            y = cuda_packed.mamba_conv(tiny, mx.zeros((channels, CONV_WIDTH, 1), mx.float32),
-                                       mx.zeros((channels,), mx.float32))
+            y = cuda_packed.bimamba_conv(mx.zeros((1, 2, 2 * channels), mx.float32),
+                                         mx.zeros((2, channels, CONV_WIDTH, 1), mx.float32),
+                                         mx.zeros((2, channels), mx.float32))
             if y is not None:
                 mx.eval(y)
                 ok = True
