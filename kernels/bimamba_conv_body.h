@@ -8,22 +8,35 @@
 //           backward direction's, i.e. the causal conv of xf's time-reversed sequence, written
 //           back in time order;
 //   template DI (channels), SILU (apply SiLU).
-// One thread per (direction, batch, channel). The backward direction runs the same per-thread
-// code from the last step with negated time strides, so no reversed copy is ever made.
+// One thread per (direction, batch, channel), on CUDA (sl_conv_cuda.h included) per four
+// adjacent channels when DI is a multiple of 4: the launch's grid is then 2 * B * DI / 4 and the
+// inputs and output must be 16-byte aligned with row strides that are multiples of 4. The
+// backward direction runs the same per-thread code from the last step with negated time strides,
+// so no reversed copy is ever made.
+#ifdef SL_CONV_CUDA_H
+constexpr int kVec = DI % 4 == 0 ? 4 : 1;
+#else
+constexpr int kVec = 1;
+#endif
 const SL_INDEX gid = SL_THREAD_INDEX(thread_position_in_grid);
 const int nbatch = xf_shape[0];
 const int length = xf_shape[1];
-const SL_INDEX pairs = (SL_INDEX)(nbatch) * (SL_INDEX)(DI);
+const SL_INDEX groups = (SL_INDEX)(DI / kVec);
+const SL_INDEX pairs = (SL_INDEX)(nbatch) * groups;
 if (gid >= 2 * pairs) {
   return;
 }
 const int dir = gid >= pairs ? 1 : 0;
 const SL_INDEX g = gid - (SL_INDEX)(dir) * pairs;
-const int b = (int)(g / (SL_INDEX)(DI));
-const int d = (int)(g % (SL_INDEX)(DI));
+const int b = (int)(g / groups);
+const int d = (int)(g % groups) * kVec;
 const SL_I64 first = dir ? (SL_I64)(length - 1) : 0;  // the row of the direction's first step
 const SL_I64 step = dir ? -1 : 1;
+#ifdef SL_CONV_CUDA_H
+sl_cuda_conv_thread<SILU, kVec, 4>(
+#else
 sl_causal_conv1d_thread<float, SILU>(
+#endif
     (dir ? xb : xf) + b * xf_strides[0] + first * xf_strides[1] + d * xf_strides[2],
     step * xf_strides[1],
     out + (((SL_I64)(dir) * nbatch + b) * length + first) * DI + d, step * (SL_I64)(DI),

@@ -1,4 +1,4 @@
-// sl_conv_cuda.h -- the CUDA causal conv's thread (bimamba_conv_cuda_body.h). Seen after
+// sl_conv_cuda.h -- the CUDA causal conv's thread (bimamba_conv_body.h). Seen after
 // sl_backend_cuda.h and sl_mamba.h.
 //
 // The conv reads one float and writes one float per (channel, step): it is bound by memory

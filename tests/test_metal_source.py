@@ -68,8 +68,7 @@ def _signature(which: str, inputs: tuple[str, ...], body: str) -> str:
 def _harness(which: str) -> str:
     src = kernels.kernel_source_dir()
     conv_body = (src / "causal_conv1d_body.h").read_text()
-    biconv_file = "bimamba_conv_body.h" if which == "metal" else "bimamba_conv_cuda_body.h"
-    biconv_body = (src / biconv_file).read_text()
+    biconv_body = (src / "bimamba_conv_body.h").read_text()
     scan_file = "selective_scan_body.h" if which == "metal" else "selective_scan_cuda_body.h"
     scan_body = (src / scan_file).read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
@@ -92,7 +91,7 @@ def _harness(which: str) -> str:
         "",
         "template <int DI, bool SILU>",
         f"void biconv_kernel(\n    {_signature(which, gpu.BICONV_INPUTS, biconv_body)}) {{",
-        f'#include "{biconv_file}"',
+        '#include "bimamba_conv_body.h"',
         "}",
         "",
         scan_template,
@@ -144,36 +143,27 @@ def _harness(which: str) -> str:
         return [f"    sl_cuda_cpu_launch((threads + {block} - 1) / {block}, {block},",
                 f"                       [&] {{ {call}; }});"]
 
-    lines += [
-        'extern "C" int run_conv(int di, int silu, const float* const* in,',
-        "                        const int* const* shape, const int64_t* const* strides,",
-        "                        float* out, unsigned threads) {",
-        "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup * kThreadgroup;",
-        "  (void)rounded;",
-        "  switch (di * 2 + (silu ? 1 : 0)) {",
-    ]
-    for di in DI_VALUES:
-        for silu in (0, 1):
-            lines += [f"  case {di * 2 + silu}: {{"]
-            lines += launch(f"conv_kernel<{di}, {'true' if silu else 'false'}>"
-                            f"({args(kernels.CONV_INPUTS, conv_body)})")
-            lines += ["    return 0;", "  }"]
-    lines += ["  default: return -1;", "  }", "}", ""]
-    lines += [
-        'extern "C" int run_biconv(int di, int silu, const float* const* in,',
-        "                          const int* const* shape, const int64_t* const* strides,",
-        "                          float* out, unsigned threads) {",
-        "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup * kThreadgroup;",
-        "  (void)rounded;",
-        "  switch (di * 2 + (silu ? 1 : 0)) {",
-    ]
-    for di in DI_VALUES:
-        for silu in (0, 1):
-            lines += [f"  case {di * 2 + silu}: {{"]
-            lines += launch(f"biconv_kernel<{di}, {'true' if silu else 'false'}>"
-                            f"({args(gpu.BICONV_INPUTS, biconv_body)})")
-            lines += ["    return 0;", "  }"]
-    lines += ["  default: return -1;", "  }", "}", ""]
+    def conv_runner(name: str, kernel: str, inputs, body) -> list[str]:
+        """run_<name>(di, silu, ...): the conv-like kernel `kernel` at every DI, SiLU or not."""
+        out = [
+            f'extern "C" int run_{name}(int di, int silu, const float* const* in,',
+            "    const int* const* shape, const int64_t* const* strides, float* out,",
+            "    unsigned threads) {",
+            "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup"
+            " * kThreadgroup;",
+            "  (void)rounded;",
+            "  switch (di * 2 + (silu ? 1 : 0)) {",
+        ]
+        for di in DI_VALUES:
+            for silu in (0, 1):
+                out += [f"  case {di * 2 + silu}: {{"]
+                out += launch(f"{kernel}<{di}, {'true' if silu else 'false'}>"
+                              f"({args(inputs, body)})")
+                out += ["    return 0;", "  }"]
+        return out + ["  default: return -1;", "  }", "}", ""]
+
+    lines += conv_runner("conv", "conv_kernel", kernels.CONV_INPUTS, conv_body)
+    lines += conv_runner("biconv", "biconv_kernel", gpu.BICONV_INPUTS, biconv_body)
     lines += [
         'extern "C" int run_scan(int di, int strict, int rank, const float* const* in,',
         "                        const int* const* shape, const int64_t* const* strides,",

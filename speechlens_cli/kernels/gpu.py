@@ -30,10 +30,11 @@ CUDA_MAX_DT_RANK = 16
 CUDA_SCAN_CHUNK = {False: 16, True: 32}
 
 
-#: CUDA's own bodies, with the header of their thread, where the shared ones leave the GPU idle.
+#: CUDA's bodies, with the header of their thread, where the shared ones leave the GPU idle
+#: (bimamba_conv_body.h is shared: it takes sl_conv_cuda.h's thread where that is included).
 CUDA_BODIES = {"selective_scan": ("selective_scan_cuda_body.h", "sl_scan_cuda.h"),
                "bimamba_scan": ("bimamba_scan_cuda_body.h", "sl_scan_cuda.h"),
-               "bimamba_conv": ("bimamba_conv_cuda_body.h", "sl_conv_cuda.h")}
+               "bimamba_conv": ("bimamba_conv_body.h", "sl_conv_cuda.h")}
 
 
 def kernel_sources(name: str, which: str) -> tuple[str, str]:
@@ -79,7 +80,7 @@ def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
 
 def bimamba_conv_threads(which: str, batch: int, channels: int) -> int:
     """Threads of a two-direction conv launch: one per (direction, batch, channel), on CUDA
-    one per four adjacent channels when D is a multiple of 4 (bimamba_conv_cuda_body.h)."""
+    one per four adjacent channels when D is a multiple of 4 (bimamba_conv_body.h)."""
     lanes = 4 if which == "cuda" and channels % 4 == 0 else 1
     return 2 * batch * channels // lanes
 
