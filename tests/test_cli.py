@@ -6,6 +6,7 @@ the model is the tiny fixture checkpoint passed with --model, so a model run cos
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import re
@@ -25,7 +26,7 @@ from click.testing import CliRunner
 
 from speechlens_cli import api, blas, checkpoint, cli, kernels
 from speechlens_cli.audio import AudioInfo, OutputFormat
-from speechlens_cli.cli import main
+from speechlens_cli.cli import interrupts, main
 from speechlens_cli.cli.reporting import ProgressDisplay
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, write_checkpoint
 from speechlens_cli.synthetic.speech import noisy_speech
@@ -316,6 +317,27 @@ _CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_h
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
               signal.SIGALRM)
+
+
+def test_an_interrupt_whose_exception_was_lost_still_stops_the_batch(monkeypatch):
+    """The handler's KeyboardInterrupt lands wherever the main thread is; code that clears it
+    there must not let the run finish as if never interrupted (every later signal is ignored):
+    the batch checks again between windows (its progress callback) and between files."""
+    monkeypatch.setattr(interrupts, "_interrupted", False)
+    saved = {number: signal.getsignal(number) for number in interrupts._INTERRUPTING}
+    try:
+        with interrupts.signals_interrupt():
+            with contextlib.suppress(KeyboardInterrupt):  # the first one, lost
+                interrupts._raise_interrupt(signal.SIGALRM, None)
+            shown = []
+            with pytest.raises(KeyboardInterrupt):
+                interrupts.checked(shown.append)(1000)
+            assert shown == []
+            with pytest.raises(KeyboardInterrupt):
+                interrupts.check()
+    finally:
+        for number, handler in saved.items():
+            signal.signal(number, handler)
 
 
 @pytest.mark.parametrize("sig", INTERRUPTS, ids=[s.name for s in INTERRUPTS])

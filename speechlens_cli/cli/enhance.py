@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import threading
 from pathlib import Path
 
 import click
@@ -21,6 +19,7 @@ from ..pipeline import (
     check_atten_lim,
     check_settings,
 )
+from . import interrupts
 from .app import main
 from .jobs import check_shared_destination, collect_jobs, left_alone
 from .license import confirm_license
@@ -47,44 +46,6 @@ def _shard_option(_ctx: click.Context, _param: click.Parameter,
         return distributed.parse_shard(value)
     except ValueError as error:
         raise click.BadParameter(str(error)) from None
-
-
-#: Signals whose default action ends the process: each cleans up like Ctrl-C (temporary output
-#: removed, exit 130). SIGHUP is a closed terminal or a dropped ssh session.
-TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in (
-    "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
-    "SIGXCPU") if hasattr(signal, name))
-_INTERRUPTING = (signal.SIGINT, *TERMINATING_SIGNALS)
-_interrupted = False
-
-
-def _raise_interrupt(_signum, _frame) -> None:
-    """The first signal interrupts; later ones (a Ctrl-C burst) are ignored, so they cannot
-    break the clean-up it starts or surface as "Exception ignored ... KeyboardInterrupt"."""
-    global _interrupted
-    _interrupted = True
-    for number in _INTERRUPTING:
-        signal.signal(number, signal.SIG_IGN)
-    raise KeyboardInterrupt
-
-
-@contextlib.contextmanager
-def _signals_interrupt():
-    """Every catchable terminating signal interrupts like Ctrl-C while the batch runs, except
-    one this process was started ignoring (`nohup` ignores SIGHUP; a background job, SIGINT)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    try:
-        for number in _INTERRUPTING:
-            if signal.getsignal(number) is not signal.SIG_IGN:
-                previous[number] = signal.signal(number, _raise_interrupt)
-        yield
-    finally:
-        if not _interrupted:  # after an interrupt, later signals stay ignored to the end
-            for number, handler in previous.items():
-                signal.signal(number, handler)
 
 
 _EXAMPLES = """\b
@@ -180,7 +141,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
     share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
     share.check_paths(paths)
     with contextlib.ExitStack() as stack:
-        stack.enter_context(_signals_interrupt())
+        stack.enter_context(interrupts.signals_interrupt())
         jobs, others, batch = collect_jobs(paths, output_dir, stack, name_suffix)
         if suffix:
             named = not batch and not paths[-1].endswith(("/", os.sep)) \

@@ -9,6 +9,7 @@ from .. import api
 from .. import audio as audio_io
 from ..errors import OutputError, OutputExistsError, SpeechlensError
 from ..results import FileResult, Status
+from . import interrupts
 from .jobs import Job
 from .reporting import Reporter
 
@@ -52,6 +53,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     outcomes = _plan_jobs(jobs, options, batch=batch)
     reporter.batch_seconds(sum(o.info.seconds for o in outcomes if isinstance(o, api.FilePlan)))
     for job, plan in zip(jobs, outcomes, strict=True):
+        interrupts.check()
         if isinstance(plan, FileResult):
             reporter.record(plan)
             continue
@@ -77,7 +79,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         try:
             result = api.run_plan(plan, model, strict=options.strict,
                                   chunk_seconds=options.chunk_seconds, overlap=options.overlap,
-                                  progress=reporter.file_progress(plan),
+                                  progress=interrupts.checked(reporter.file_progress(plan)),
                                   atten_lim_db=options.atten_lim_db)
         except SpeechlensError as error:
             fail(job, error)
