@@ -69,6 +69,7 @@ def _harness(which: str) -> str:
     src = kernels.kernel_source_dir()
     conv_body = (src / "causal_conv1d_body.h").read_text()
     biconv_body = (src / "bimamba_conv_body.h").read_text()
+    biscan_body = (src / "bimamba_scan_body.h").read_text()
     scan_file = "selective_scan_body.h" if which == "metal" else "selective_scan_cuda_body.h"
     scan_body = (src / scan_file).read_text()
     shim = "metal_cpu_shim.h" if which == "metal" else "cuda_cpu_shim.h"
@@ -94,6 +95,13 @@ def _harness(which: str) -> str:
         '#include "bimamba_conv_body.h"',
         "}",
         "",
+        *([] if which != "metal" else [
+            "template <int DI, int NS, bool STRICT>",
+            f"void biscan_kernel(\n    {_signature(which, gpu.BISCAN_INPUTS, biscan_body)}) {{",
+            '#include "bimamba_scan_body.h"',
+            "}",
+            "",
+        ]),
         scan_template,
         f"void scan_kernel(\n    {_signature(which, scan_inputs, scan_body)}) {{",
         f'#include "{scan_file}"',
@@ -143,27 +151,32 @@ def _harness(which: str) -> str:
         return [f"    sl_cuda_cpu_launch((threads + {block} - 1) / {block}, {block},",
                 f"                       [&] {{ {call}; }});"]
 
-    def conv_runner(name: str, kernel: str, inputs, body) -> list[str]:
-        """run_<name>(di, silu, ...): the conv-like kernel `kernel` at every DI, SiLU or not."""
+    def runner(name: str, flag: str, kernel, inputs, body) -> list[str]:
+        """run_<name>(di, <flag>, ...): kernel(di, flag) (its template call) at every DI, the
+        flag off and on."""
         out = [
-            f'extern "C" int run_{name}(int di, int silu, const float* const* in,',
+            f'extern "C" int run_{name}(int di, int {flag}, const float* const* in,',
             "    const int* const* shape, const int64_t* const* strides, float* out,",
             "    unsigned threads) {",
             "  const unsigned rounded = (threads + kThreadgroup - 1) / kThreadgroup"
             " * kThreadgroup;",
             "  (void)rounded;",
-            "  switch (di * 2 + (silu ? 1 : 0)) {",
+            f"  switch (di * 2 + ({flag} ? 1 : 0)) {{",
         ]
         for di in DI_VALUES:
-            for silu in (0, 1):
-                out += [f"  case {di * 2 + silu}: {{"]
-                out += launch(f"{kernel}<{di}, {'true' if silu else 'false'}>"
-                              f"({args(inputs, body)})")
+            for on in (0, 1):
+                out += [f"  case {di * 2 + on}: {{"]
+                out += launch(f"{kernel(di, 'true' if on else 'false')}({args(inputs, body)})")
                 out += ["    return 0;", "  }"]
         return out + ["  default: return -1;", "  }", "}", ""]
 
-    lines += conv_runner("conv", "conv_kernel", kernels.CONV_INPUTS, conv_body)
-    lines += conv_runner("biconv", "biconv_kernel", gpu.BICONV_INPUTS, biconv_body)
+    lines += runner("conv", "silu", lambda di, on: f"conv_kernel<{di}, {on}>",
+                    kernels.CONV_INPUTS, conv_body)
+    lines += runner("biconv", "silu", lambda di, on: f"biconv_kernel<{di}, {on}>",
+                    gpu.BICONV_INPUTS, biconv_body)
+    if which == "metal":
+        lines += runner("biscan", "strict", lambda di, on: f"biscan_kernel<{di}, 16, {on}>",
+                        gpu.BISCAN_INPUTS, biscan_body)
     lines += [
         'extern "C" int run_scan(int di, int strict, int rank, const float* const* in,',
         "                        const int* const* shape, const int64_t* const* strides,",
@@ -225,6 +238,11 @@ def harness(request, tmp_path_factory):
 @pytest.fixture(scope="module")
 def cuda_harness(tmp_path_factory):
     return _build("cuda", tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def metal_harness(tmp_path_factory):
+    return _build("metal", tmp_path_factory)
 
 
 def _pack(arrays):
@@ -349,6 +367,34 @@ def test_two_direction_conv_source_matches_float64(harness, batch, length, chann
         if silu:
             want = want / (1.0 + np.exp(-want))
         assert float(np.max(np.abs(out[k] - want))) <= ATOL_CONV, (which, k)
+
+
+@pytest.mark.parametrize("strict", [False, True])
+@pytest.mark.parametrize("batch,length,channels", [(1, 1, 1), (2, 9, 17), (2, 40, 256)])
+def test_metal_two_direction_scan_source_matches_float64(metal_harness, strict, batch, length,
+                                                         channels):
+    """bimamba_scan_body.h: columns [0, D) the scan of the sequence, [D, 2D) the scan of the
+    time-reversed sequence written back in time order; B, C as column views of x_dbl."""
+    _, handle = metal_harness
+    rng = np.random.default_rng(length * 13 + channels)
+    u = rng.standard_normal((2, batch, length, channels)).astype(np.float32)
+    delta_raw = (rng.standard_normal((2, batch, length, channels)) - 1.0).astype(np.float32)
+    z = rng.standard_normal((batch, length, 2 * channels)).astype(np.float32)
+    dbl = rng.standard_normal((2, batch, length, 36)).astype(np.float32)
+    A_log = np.log(rng.uniform(0.5, 16.0, (2, channels, 16))).astype(np.float32)
+    D = rng.standard_normal((2, channels)).astype(np.float32)
+    out = np.full((batch, length, 2 * channels), np.nan, np.float32)
+    ptrs, shp, strd, _keep = _pack([u, delta_raw, z[..., :channels], z[..., channels:],
+                                    dbl[..., 4:20], dbl[..., 20:], A_log, D])
+    assert handle.run_biscan(channels, int(strict), ptrs, shp, strd,
+                             out.ctypes.data_as(ctypes.c_void_p), 2 * batch * channels) == 0
+    for k in (0, 1):
+        def order(a, k=k):
+            return a[:, ::-1] if k else a
+        want = order(ref.reference_selective_scan(
+            order(u[k]), order(delta_raw[k]), A_log[k], order(dbl[k][..., 4:20]),
+            order(dbl[k][..., 20:]), D[k], order(z[..., k * channels:(k + 1) * channels])))
+        assert _rel_rms(out[..., k * channels:(k + 1) * channels], want) <= RTOL_SCAN, k
 
 
 @pytest.mark.parametrize("strict", [False, True])

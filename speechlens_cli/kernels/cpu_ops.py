@@ -12,6 +12,7 @@ import numpy as np
 
 from .contract import CONV_WIDTH, D_STATE
 from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
+from .fallback import two_direction_delta_raw
 
 
 def _view(a: mx.array) -> np.ndarray:
@@ -135,9 +136,7 @@ def cpu_bimamba_scan(lib: CpuLibrary, u, x_dbl, z, A_log, D, dt_proj,
     if fused:
         dt_inputs = (mx.contiguous(mx.swapaxes(weight, 1, 2)), mx.contiguous(bias))
     else:
-        rows = x_dbl[..., :rank].reshape(2, batch * length, rank)
-        delta = mx.matmul(rows, mx.swapaxes(weight, 1, 2)) + bias[:, None, :]
-        dt_inputs = (delta.reshape(2, batch, length, channels),)
+        dt_inputs = (two_direction_delta_raw(x_dbl, dt_proj),)
     out, ov = _fresh((batch, length, 2 * channels), u, x_dbl, z, A_log, D, *dt_inputs)
     uv, xv, zv = _view(u), _view(x_dbl), _view(z)
     av, sv = np.ascontiguousarray(_view(A_log)), np.ascontiguousarray(_view(D))

@@ -18,7 +18,7 @@ from .contract import (
 )
 from .cpu_binding import cpu_library, cpu_threads
 from .cpu_ops import cpu_bimamba_conv, cpu_bimamba_scan, cpu_conv, cpu_scan, fusable_dt_proj
-from .fallback import conv1d_fallback, selective_scan_ops
+from .fallback import conv1d_fallback, selective_scan_ops, two_direction_delta_raw
 from .gpu import (
     CUDA_MAX_DT_RANK,
     gpu_bimamba_conv,
@@ -26,6 +26,7 @@ from .gpu import (
     gpu_conv_works,
     gpu_scan,
     launch_description,
+    metal_bimamba_scan,
 )
 from .notices import warn_once
 
@@ -175,9 +176,10 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
 
     u [2, B, L, D] is bimamba_conv's output, x_dbl [2, B, L, R + 2*16] the x_proj outputs
     (dt's rank-R input, B, C), z [B, L, 2D] the gates side by side, A_log [2, D, 16], D [2, D],
-    dt_proj=(weight [2, D, R], bias [2, D]). On CUDA and the CPU one call does both (the
-    backward direction from the sequence's end); elsewhere each direction is selective_scan
-    on time-reversed views."""
+    dt_proj=(weight [2, D, R], bias [2, D]). On CUDA, Metal and the CPU one call does both
+    (the backward direction from the sequence's end); elsewhere (CUDA without its compiled
+    kernels, a CPU without the library) each direction is selective_scan on time-reversed
+    views."""
     validate_bimamba_scan(u, x_dbl, z, A_log, D, dt_proj)
     weight, bias = dt_proj
     rank, channels, n = int(weight.shape[-1]), int(u.shape[-1]), D_STATE
@@ -188,6 +190,10 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
             return y
     if which == "cpu" and (lib := cpu_library()) is not None:
         return cpu_bimamba_scan(lib, u, x_dbl, z, A_log, D, dt_proj, strict)
+    if which == "metal":  # the dt projection as a matmul first, as in selective_scan
+        return metal_bimamba_scan(u, two_direction_delta_raw(x_dbl, dt_proj), z,
+                                  x_dbl[..., rank:rank + n], x_dbl[..., rank + n:], A_log, D,
+                                  strict)
     outs = []
     for k in (0, 1):
         dbl = _in_time_order(x_dbl[k], k)

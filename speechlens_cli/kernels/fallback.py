@@ -51,3 +51,16 @@ def selective_scan_ops(u, delta_raw, A_log, B, C, D, z, strict: bool = False,
     y = mx.stack(ys, axis=1) + D * u
     gate = z / (1.0 + mx.exp(-z)) if strict else z * (1.0 / (1.0 + mx.exp(-z)))
     return y * gate
+
+
+def two_direction_delta_raw(x_dbl: mx.array, dt_proj: tuple[mx.array, mx.array]) -> mx.array:
+    """Both directions' dt projection as one batched matmul, for a scan that does not apply it
+    itself: x_dbl [2, B, L, R + 2N] (dt's rank-R input first), weight [2, D, R], bias [2, D]
+    -> delta_raw [2, B, L, D]."""
+    weight, bias = dt_proj
+    two, batch, length, _ = x_dbl.shape
+    rank = weight.shape[2]
+    rows = x_dbl[..., :rank].reshape(two, batch * length, rank)
+    delta = mx.matmul(rows, mx.swapaxes(weight, 1, 2)) + bias[:, None, :]
+    return delta.reshape(two, batch, length, weight.shape[1])
+

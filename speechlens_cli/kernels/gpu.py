@@ -13,8 +13,9 @@ from .sources import source
 
 # mx.fast kernel signatures (the bodies kernels/*_body.h use these names).
 CONV_INPUTS = ("x", "weight", "bias")
-# Both directions of a BiMamba's conv in one launch (bimamba_conv_body.h).
+# Both directions of a BiMamba's conv and (on Metal) scan in one launch (bimamba_*_body.h).
 BICONV_INPUTS = ("xf", "xb", "weight", "bias")
+BISCAN_INPUTS = ("u", "delta_raw", "zf", "zb", "Bs", "Cs", "A_log", "Dskip")
 SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
 # The CUDA scan can fuse the dt projection: dt is delta_raw or the projection's rank-R input.
 CUDA_SCAN_INPUTS = ("u", "dt", "dt_w", "dt_b", "A_log", "Bs", "Cs", "Dskip", "z")
@@ -55,7 +56,8 @@ def _gpu_kernel(name: str, which: str):
     cuda_scan = which == "cuda" and name == "selective_scan"
     body, header = kernel_sources(name, which)
     build = mx.fast.cuda_kernel if which == "cuda" else mx.fast.metal_kernel
-    inputs = {"causal_conv1d": CONV_INPUTS, "bimamba_conv": BICONV_INPUTS}.get(
+    inputs = {"causal_conv1d": CONV_INPUTS, "bimamba_conv": BICONV_INPUTS,
+              "bimamba_scan": BISCAN_INPUTS}.get(
         name, CUDA_SCAN_INPUTS if cuda_scan else SCAN_INPUTS)
     return build(name=f"speechlens_{name}" + ("_cuda" if cuda_scan else ""),
                  input_names=list(inputs),
@@ -98,6 +100,19 @@ def gpu_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
                   grid=(bimamba_conv_threads(which, batch, channels), 1, 1),
                   threadgroup=(threadgroup(), 1, 1),
                   output_shapes=[(2, batch, length, channels)], output_dtypes=[mx.float32])[0]
+
+
+def metal_bimamba_scan(u: mx.array, delta_raw: mx.array, z: mx.array, B: mx.array,
+                       C: mx.array, A_log: mx.array, D: mx.array, strict: bool) -> mx.array:
+    """Both directions' scans on Metal in one launch (bimamba_scan_body.h): u, delta_raw
+    [2, B, L, D], z [B, L, 2D], B, C [2, B, L, 16] (views), A_log [2, D, 16], D [2, D] ->
+    [B, L, 2D]."""
+    _, batch, length, channels = u.shape
+    kernel = _gpu_kernel("bimamba_scan", "metal")
+    return kernel(inputs=[u, delta_raw, z[..., :channels], z[..., channels:], B, C, A_log, D],
+                  template=[("DI", int(channels)), ("NS", D_STATE), ("STRICT", bool(strict))],
+                  grid=(2 * batch * channels, 1, 1), threadgroup=(threadgroup(), 1, 1),
+                  output_shapes=[(batch, length, 2 * channels)], output_dtypes=[mx.float32])[0]
 
 
 def cuda_scan_threads() -> int:
