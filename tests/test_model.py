@@ -218,3 +218,22 @@ def test_a_failing_model_run_is_one_typed_error(tiny_model, monkeypatch):
     monkeypatch.setattr(type(tiny_model), "enhance", out_of_memory)
     with pytest.raises(EnhancementError, match="out of memory.*--chunk-seconds"):
         enhance(_signal(8000, 800), 8000, model=tiny_model)
+
+
+def test_two_direction_weights_follow_a_replaced_parameter(tiny_model):
+    """BiMamba.weights derives the two-direction layout once, and again after any parameter it
+    is built from is replaced (a checkpoint loaded into the same model)."""
+    bimamba = tiny_model.TSMamba[0].time_mamba
+    first = bimamba.weights()
+    assert bimamba.weights() is first
+    old = bimamba.backward_blocks.out_proj.weight
+    bimamba.backward_blocks.out_proj.weight = old * 2.0
+    try:
+        second = bimamba.weights()
+        assert second is not first
+        inner = old.shape[1]
+        assert np.allclose(np.array(second.merge_y[inner:]), 2 * np.array(first.merge_y[inner:]),
+                           rtol=1e-6, atol=1e-7)
+    finally:
+        bimamba.backward_blocks.out_proj.weight = old
+

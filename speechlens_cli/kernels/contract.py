@@ -72,6 +72,13 @@ def _both_directions(name: str, a: mx.array) -> tuple[int, int, int]:
     return a.shape[0], a.shape[1], a.shape[2] // 2
 
 
+def in_time_order(a, direction: int):
+    """a [B, L, ...] (an MLX array or a NumPy view) as direction `direction` of a BiMamba walks
+    it: as it is for the forward direction (0), time-reversed for the backward one (1), as a
+    view with a negative time stride, which the kernels read in place (no copy)."""
+    return a[:, ::-1] if direction else a
+
+
 def validate_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> None:
     """A BiMamba's two-direction conv inputs (dispatch.bimamba_conv): x [B, L, 2D] (the forward
     direction's, then the backward one's), weight [2, D, 4, 1], bias [2, D]."""

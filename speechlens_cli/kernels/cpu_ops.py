@@ -10,7 +10,7 @@ import ctypes
 import mlx.core as mx
 import numpy as np
 
-from .contract import CONV_WIDTH, D_STATE
+from .contract import CONV_WIDTH, D_STATE, in_time_order
 from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
 from .fallback import two_direction_delta_raw
 
@@ -71,12 +71,6 @@ def cpu_conv(lib: CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array:
     return _result(out, ov)
 
 
-def _reversed_in_time(v: np.ndarray, direction: int) -> np.ndarray:
-    """v [B, L, ...] for the forward direction (0), its time-reversed view for the backward
-    one (1): negative time strides, no copy."""
-    return v[:, ::-1] if direction else v
-
-
 def cpu_bimamba_conv(lib: CpuLibrary, x, weight, bias) -> mx.array:
     """Both directions' SiLU(conv) (dispatch.bimamba_conv) -> [2, B, L, D]: the backward one
     reads and writes through time-reversed views, so nothing is flipped or copied."""
@@ -87,8 +81,8 @@ def cpu_bimamba_conv(lib: CpuLibrary, x, weight, bias) -> mx.array:
     wv = np.ascontiguousarray(_view(weight)).reshape(2, channels, CONV_WIDTH)
     bv = np.ascontiguousarray(_view(bias))
     for k in (0, 1):
-        x_k = _reversed_in_time(xv[..., k * channels:(k + 1) * channels], k)
-        _conv_into(lib, x_k, wv[k], bv[k], _reversed_in_time(ov[k], k), silu=True)
+        x_k = in_time_order(xv[..., k * channels:(k + 1) * channels], k)
+        _conv_into(lib, x_k, wv[k], bv[k], in_time_order(ov[k], k), silu=True)
     return _result(out, ov)
 
 
@@ -143,12 +137,12 @@ def cpu_bimamba_scan(lib: CpuLibrary, u, x_dbl, z, A_log, D, dt_proj,
     dt_views = [_view(a) for a in dt_inputs]
     n = D_STATE
     for k in (0, 1):
-        x_k = _reversed_in_time(xv[k], k)
-        dv = x_k[..., :rank] if fused else _reversed_in_time(dt_views[0][k], k)
-        _scan_into(lib, _reversed_in_time(uv[k], k), dv, av[k], x_k[..., rank:rank + n],
+        x_k = in_time_order(xv[k], k)
+        dv = x_k[..., :rank] if fused else in_time_order(dt_views[0][k], k)
+        _scan_into(lib, in_time_order(uv[k], k), dv, av[k], x_k[..., rank:rank + n],
                    x_k[..., rank + n:], sv[k],
-                   _reversed_in_time(zv[..., k * channels:(k + 1) * channels], k),
-                   _reversed_in_time(ov[..., k * channels:(k + 1) * channels], k), strict,
+                   in_time_order(zv[..., k * channels:(k + 1) * channels], k),
+                   in_time_order(ov[..., k * channels:(k + 1) * channels], k), strict,
                    wv=dt_views[0][k] if fused else None,
                    biasv=dt_views[1][k] if fused else None)
     return _result(out, ov)

@@ -11,6 +11,7 @@ from .contract import (
     CONV_WIDTH,
     D_STATE,
     KernelInputError,
+    in_time_order,
     validate_bimamba_conv,
     validate_bimamba_scan,
     validate_conv,
@@ -136,12 +137,6 @@ def _fuses_dt_proj(which: str, lib, u, delta_raw, dt_proj) -> bool:
     return which == "cuda" and delta_raw.ndim == 3 and delta_raw.shape[2] <= CUDA_MAX_DT_RANK
 
 
-def _in_time_order(a: mx.array, direction: int) -> mx.array:
-    """a [B, L, ...] for the forward direction (0); its time-reversed view for the backward one
-    (1): a negative time stride, which the kernels read in place."""
-    return a[:, ::-1] if direction else a
-
-
 def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
     """SiLU(conv) of both directions of a BiMamba -> [2, B, L, D].
 
@@ -164,8 +159,8 @@ def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
             fuse = which == "cuda"  # as in causal_conv1d: SiLU as its own op on Metal
             y = gpu_bimamba_conv(x, weight, bias, which, silu=fuse)
             return y if fuse else y * mx.sigmoid(y)
-    return mx.stack([_in_time_order(causal_conv1d(
-        _in_time_order(x, k)[..., k * channels:(k + 1) * channels], weight[k], bias[k],
+    return mx.stack([in_time_order(causal_conv1d(
+        in_time_order(x, k)[..., k * channels:(k + 1) * channels], weight[k], bias[k],
         silu=True), k) for k in (0, 1)])
 
 
@@ -196,10 +191,10 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
                                   strict)
     outs = []
     for k in (0, 1):
-        dbl = _in_time_order(x_dbl[k], k)
-        outs.append(_in_time_order(selective_scan(
-            _in_time_order(u[k], k), dbl[..., :rank], A_log[k], dbl[..., rank:rank + n],
-            dbl[..., rank + n:], D[k], _in_time_order(z, k)[..., k * channels:(k + 1) * channels],
+        dbl = in_time_order(x_dbl[k], k)
+        outs.append(in_time_order(selective_scan(
+            in_time_order(u[k], k), dbl[..., :rank], A_log[k], dbl[..., rank:rank + n],
+            dbl[..., rank + n:], D[k], in_time_order(z, k)[..., k * channels:(k + 1) * channels],
             strict=strict, dt_proj=(weight[k], bias[k])), k))
     return mx.concatenate(outs, axis=-1)
 

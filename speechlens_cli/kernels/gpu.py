@@ -89,9 +89,9 @@ def bimamba_conv_threads(which: str, batch: int, channels: int) -> int:
 
 def gpu_bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
                      silu: bool = False) -> mx.array:
-    """Both directions of a BiMamba's conv (bimamba_conv_body.h, on CUDA its own body) on
-    their inputs side by side, x [B, L, 2D] (row contiguous) -> [2, B, L, D]; the halves are
-    read through their strides (no copy)."""
+    """Both directions of a BiMamba's conv (bimamba_conv_body.h; on CUDA with the thread of
+    sl_conv_cuda.h) on their inputs side by side, x [B, L, 2D] (row contiguous) ->
+    [2, B, L, D]; the halves are read through their strides (no copy)."""
     batch, length, width = x.shape
     channels = width // 2
     kernel = _gpu_kernel("bimamba_conv", which)

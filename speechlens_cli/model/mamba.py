@@ -7,6 +7,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+from mlx.utils import tree_flatten
 
 from .. import kernels
 from .config import ModelConfig
@@ -105,13 +106,9 @@ class BiMamba(nn.Module):
         return self.norm(merge(y, x, w))
 
     def _sources(self) -> tuple[mx.array, ...]:
-        f, b, out = self.forward_blocks, self.backward_blocks, self.output_proj
-        return tuple(getattr(m, name) for m in (f, b) for name in ("A_log", "D")) + tuple(
-            layer[key] for m in (f, b)
-            for layer, key in ((m.in_proj, "weight"), (m.conv1d, "weight"), (m.conv1d, "bias"),
-                               (m.x_proj, "weight"), (m.dt_proj, "weight"),
-                               (m.dt_proj, "bias"), (m.out_proj, "weight"))
-        ) + (out.weight, out.bias)
+        """Every parameter BiMambaWeights is derived from: both directions' and output_proj's."""
+        modules = (self.forward_blocks, self.backward_blocks, self.output_proj)
+        return tuple(a for _, a in tree_flatten([m.parameters() for m in modules]))
 
     def weights(self) -> BiMambaWeights:
         """The two-direction layout of the current parameters, derived once and again only
