@@ -18,20 +18,15 @@ constexpr int kVec = DI % 4 == 0 ? 4 : 1;
 #else
 constexpr int kVec = 1;
 #endif
-const SL_INDEX gid = SL_THREAD_INDEX(thread_position_in_grid);
 const int nbatch = xf_shape[0];
 const int length = xf_shape[1];
-const SL_INDEX groups = (SL_INDEX)(DI / kVec);
-const SL_INDEX pairs = (SL_INDEX)(nbatch) * groups;
-if (gid >= 2 * pairs) {
+const sl_bimamba_lane lane =
+    sl_bimamba_lane_of(SL_THREAD_INDEX(thread_position_in_grid), nbatch, length, DI, kVec);
+if (lane.dir < 0) {
   return;
 }
-const int dir = gid >= pairs ? 1 : 0;
-const SL_INDEX g = gid - (SL_INDEX)(dir) * pairs;
-const int b = (int)(g / groups);
-const int d = (int)(g % groups) * kVec;
-const SL_I64 first = dir ? (SL_I64)(length - 1) : 0;  // the row of the direction's first step
-const SL_I64 step = dir ? -1 : 1;
+const int dir = lane.dir, b = lane.b, d = lane.d;
+const SL_I64 first = lane.first, step = lane.step;  // the direction's first row, time step
 #ifdef SL_CONV_CUDA_H
 sl_cuda_conv_thread<SILU, kVec, 4>(
 #else

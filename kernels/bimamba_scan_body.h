@@ -11,19 +11,14 @@
 //   template DI (channels), NS (states, 16), STRICT (strict mode).
 // One thread per (direction, batch, channel); the backward direction starts at the last step
 // with negated time strides, so no reversed copy of any input or output is made.
-const SL_INDEX gid = SL_THREAD_INDEX(thread_position_in_grid);
-const int nbatch = u_shape[1];
 const int length = u_shape[2];
-const SL_INDEX pairs = (SL_INDEX)(nbatch) * (SL_INDEX)(DI);
-if (gid >= 2 * pairs) {
+const sl_bimamba_lane lane =
+    sl_bimamba_lane_of(SL_THREAD_INDEX(thread_position_in_grid), u_shape[1], length, DI, 1);
+if (lane.dir < 0) {
   return;
 }
-const int dir = gid >= pairs ? 1 : 0;
-const SL_INDEX g = gid - (SL_INDEX)(dir) * pairs;
-const int b = (int)(g / (SL_INDEX)(DI));
-const int d = (int)(g % (SL_INDEX)(DI));
-const SL_I64 first = dir ? (SL_I64)(length - 1) : 0;  // the row of the direction's first step
-const SL_I64 step = dir ? -1 : 1;
+const int dir = lane.dir, b = lane.b, d = lane.d;
+const SL_I64 first = lane.first, step = lane.step;  // the direction's first row, time step
 sl_selective_scan_thread<STRICT, NS, float, true>(
     u + dir * u_strides[0] + b * u_strides[1] + first * u_strides[2] + d * u_strides[3],
     step * u_strides[2],

@@ -44,6 +44,32 @@
 #endif
 #define SL_LOG2E_F32 1.44269502f  // float(log2(e))
 
+#ifdef SL_INDEX
+// The thread of a two-direction (BiMamba) GPU launch: direction dir (0 forward, 1 backward),
+// batch row b and the first channel d of its group of `vec`; the grid holds every (b, group)
+// of direction 0, then of direction 1. The backward direction walks the sequence from its last
+// step (first = L - 1, step = -1), so it needs no reversed copy. dir < 0: a thread past the end
+// of a grid rounded up to whole blocks.
+struct sl_bimamba_lane {
+  int dir, b, d;
+  SL_I64 first, step;
+};
+
+SL_FN sl_bimamba_lane sl_bimamba_lane_of(SL_INDEX gid, int nbatch, int length, int channels,
+                                         int vec) {
+  sl_bimamba_lane lane;
+  const SL_INDEX groups = (SL_INDEX)(channels / vec);
+  const SL_INDEX pairs = (SL_INDEX)(nbatch) * groups;
+  lane.dir = gid >= 2 * pairs ? -1 : (gid >= pairs ? 1 : 0);
+  const SL_INDEX g = gid - (lane.dir > 0 ? pairs : (SL_INDEX)(0));
+  lane.b = (int)(g / groups);
+  lane.d = (int)(g % groups) * vec;
+  lane.first = lane.dir > 0 ? (SL_I64)(length - 1) : (SL_I64)(0);
+  lane.step = lane.dir > 0 ? (SL_I64)(-1) : (SL_I64)(1);
+  return lane;
+}
+#endif
+
 // Strict-mode decay: bitcast polynomial exp(x) for x <= 0, the same operations on every backend
 // (no library exp, whose rounding differs between them).
 //   y = x*log2(e); k = rint(y); f = y - k; p(f) by Horner (6th degree, no FMA);
