@@ -74,6 +74,48 @@ inline sl_cpu_barrier& sl_cpu_block_barrier() {
 }
 inline void __syncthreads() { sl_cpu_block_barrier().wait(); }
 
+// sl_gemm_cuda.h's TF32 rounding (cvt.rna: nearest, ties away from zero, to 10 mantissa bits)
+// and its warp-wide tensor-core product, emulated. Every thread of the block must call
+// sl_mma_tf32 together, as on the GPU every lane of a warp does: each lane posts its fragments,
+// all meet at the barrier, each computes its own four results from its warp's posted tiles with
+// the fragment layout of PTX's mma.m16n8k8 (.tf32), and all meet again before the next post.
+inline float sl_bits_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+inline unsigned sl_tf32(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  return (u + 0x1000u) & 0xffffe000u;
+}
+constexpr int SL_CPU_MAX_WARPS = 32;
+struct sl_cpu_warp_tiles {
+  unsigned a[SL_CPU_MAX_WARPS][32][4], b[SL_CPU_MAX_WARPS][32][2];
+};
+inline void sl_mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+  static sl_cpu_warp_tiles posted;
+  const unsigned warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  std::memcpy(posted.a[warp][lane], a, sizeof a);
+  std::memcpy(posted.b[warp][lane], b, sizeof b);
+  __syncthreads();
+  const auto A = [&](int row, int k) {  // the tensor core reads only a TF32 operand's top bits
+    const unsigned l = (row % 8) * 4 + k % 4, reg = (row >= 8 ? 1 : 0) + (k >= 4 ? 2 : 0);
+    return sl_bits_float(posted.a[warp][l][reg] & 0xffffe000u);
+  };
+  const auto B = [&](int k, int col) {
+    return sl_bits_float(posted.b[warp][col * 4 + k % 4][k >= 4 ? 1 : 0] & 0xffffe000u);
+  };
+  const int g = lane / 4, t = lane % 4;
+  for (int i = 0; i < 4; ++i) {
+    const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + i % 2;
+    float sum = c[i];
+    for (int k = 0; k < 8; ++k) sum += A(row, k) * B(k, col);  // exact products (11 x 11 bits)
+    c[i] = sum;
+  }
+  __syncthreads();
+}
+
 // Runs fn() once per thread of a 1-D grid of `blocks` x `threads`, one block after the other,
 // the threads of a block concurrently (so they meet at __syncthreads).
 template <typename F>

@@ -517,3 +517,31 @@ def test_cpu_instance_norm_prelu_matches_float64(monkeypatch, threads):
                                         mx.array(slope.astype(np.float32)))
     assert all(np.array_equal(np.array(a).view(np.uint32), np.array(b).view(np.uint32))
                for a, b in zip(out, again, strict=True))
+
+
+RTOL_PROJECT = 2e-6  # relative RMS vs float64: float32 accuracy (TF32 alone is ~3e-4)
+
+
+@pytest.mark.parametrize("rows_shape,ks,n,batched,bias", [
+    ((3, 29), (64,), 512, False, False),  # in_proj, a [B, L, d]
+    ((2, 70), (256,), 36, True, False),  # both directions' x_proj, batched weights
+    ((5, 13), (64, 512), 64, False, True),  # the merge: two terms and a bias
+    ((4, 7), (2,), 64, False, True),  # K = 2 (the encoder's first 1x1 conv): MLX's matmul
+])
+def test_project_matches_float64(rows_shape, ks, n, batched, bias):
+    rng = np.random.default_rng(sum(ks) + n)
+    lead = (2,) if batched else ()
+    a = [rng.standard_normal((*lead, *rows_shape, k)).astype(np.float32) for k in ks]
+    w = [(rng.standard_normal((*lead, k, n)) / np.sqrt(k)).astype(np.float32) for k in ks]
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    terms = [(mx.array(x), mx.array(y)) for x, y in zip(a, w, strict=True)]
+    if batched:  # rows flattened per direction, as project_x passes them
+        terms = [(x.reshape(2, -1, x.shape[-1]), y) for x, y in terms]
+    out = np.array(kernels.project(terms, None if b is None else mx.array(b)))
+    want = sum(np.einsum("...rk,...kn->...rn",
+                         x.reshape(*lead, -1, x.shape[-1]).astype(np.float64), y)
+               for x, y in zip(a, w, strict=True))
+    if b is not None:
+        want = want + b
+    assert out.shape == ((2, int(np.prod(rows_shape)), n) if batched else (*rows_shape, n))
+    assert _rel_rms(out.reshape(want.shape), want) <= RTOL_PROJECT

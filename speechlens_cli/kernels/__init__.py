@@ -73,6 +73,7 @@ from .dispatch import (  # noqa: E402
     conv_kernel_disabled,
     gpu_backend,
     kernel_info,
+    project,
     selective_scan,
 )
 from .fallback import conv1d_fallback, selective_scan_ops  # noqa: E402
@@ -86,6 +87,6 @@ __all__ = [
     "bimamba_scan", "causal_conv1d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
     "cpu_exp_poly", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
-    "kernel_info", "kernel_source_dir", "selective_scan",
+    "kernel_info", "kernel_source_dir", "project", "selective_scan",
     "selective_scan_ops", "usable_cores",
 ]

@@ -95,7 +95,7 @@ def variant_source(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple
     return name, wrapper_source(name, body, header, parts, template)
 
 
-def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, bytes] | None:
+def build_variant(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, bytes] | None:
     """(name, cubin) of one kernel variant, or None (no NVRTC or driver, or a compile error:
     the JIT path runs instead)."""
     name, text = variant_source(kind, parts, template)
@@ -108,7 +108,7 @@ def _build(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[str, by
 
 
 #: The kernels by the short names their variants carry (speechlens_biconv_..., ...).
-KERNELS = {"biconv": "bimamba_conv", "biscan": "bimamba_scan"}
+KERNELS = {"biconv": "bimamba_conv", "biscan": "bimamba_scan", "proj": "projection"}
 
 
 def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,
@@ -181,13 +181,13 @@ def scan_template(channels: int, rank: int, strict: bool, threads: int) -> tuple
 
 @functools.cache
 def biconv_kernel(channels: int) -> tuple[str, bytes] | None:
-    return _build("biconv", biconv_parts(channels), conv_template(channels))
+    return build_variant("biconv", biconv_parts(channels), conv_template(channels))
 
 
 @functools.cache
 def biscan_kernel(channels: int, rank: int, strict: bool,
                   threads: int) -> tuple[str, bytes] | None:
-    return _build("biscan", biscan_parts(channels, rank),
+    return build_variant("biscan", biscan_parts(channels, rank),
                   scan_template(channels, rank, strict, threads))
 
 

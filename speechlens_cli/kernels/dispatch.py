@@ -6,7 +6,7 @@ import os
 
 import mlx.core as mx
 
-from . import cuda_packed
+from . import cuda_packed, cuda_projection
 from .contract import (
     CONV_WIDTH,
     D_STATE,
@@ -197,6 +197,23 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
             dbl[..., rank + n:], D[k], in_time_order(z, k)[..., k * channels:(k + 1) * channels],
             strict=strict, dt_proj=(weight[k], bias[k])), k))
     return mx.concatenate(outs, axis=-1)
+
+
+def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None) -> mx.array:
+    """sum(a @ w for a, w in terms) + bias: the model's projections (one or two terms, weights
+    [K, N], or [NB, K, N] for a batch of NB row sets a [NB, ..., K]).
+
+    On CUDA (compute capability 8.0 or later) one kernel computes them at float32 accuracy on
+    the tensor cores (cuda_projection.py); elsewhere MLX's matmul, the terms added in order."""
+    if backend() == "cuda" and cuda_projection.enabled() and cuda_projection.fits(terms, bias):
+        y = cuda_projection.project(terms, bias)
+        if y is not None:
+            return y
+    (a, w), rest = terms[0], terms[1:]
+    out = a @ w if bias is None else mx.addmm(bias, a, w)
+    for a, w in rest:
+        out = mx.addmm(out, a, w)
+    return out
 
 
 _packed_probed: dict[int, bool] = {}

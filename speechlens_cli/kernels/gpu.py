@@ -35,7 +35,8 @@ CUDA_SCAN_CHUNK = {False: 16, True: 32}
 #: (bimamba_conv_body.h is shared: it takes sl_conv_cuda.h's thread where that is included).
 CUDA_BODIES = {"selective_scan": ("selective_scan_cuda_body.h", "sl_scan_cuda.h"),
                "bimamba_scan": ("bimamba_scan_cuda_body.h", "sl_scan_cuda.h"),
-               "bimamba_conv": ("bimamba_conv_body.h", "sl_conv_cuda.h")}
+               "bimamba_conv": ("bimamba_conv_body.h", "sl_conv_cuda.h"),
+               "projection": ("projection_cuda_body.h", "sl_gemm_cuda.h")}
 
 
 def kernel_sources(name: str, which: str) -> tuple[str, str]:

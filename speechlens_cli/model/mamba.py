@@ -64,27 +64,28 @@ def _float64(a: mx.array) -> np.ndarray:
 def project_in(x: mx.array, weights: BiMambaWeights) -> tuple[mx.array, mx.array]:
     """Both directions' in_proj: [B, L, d] -> the conv inputs and the gates, [B, L, 2D] each.
     A projection acts on each step alone, so the backward direction's in_proj of the reversed
-    sequence is this one's columns read from the end. Two matmuls rather than one, so the conv
+    sequence is this one's columns read from the end. Two projections rather than one, so the conv
     inputs are freed before the scan runs (one direction's in_proj output less in memory)."""
-    return x @ weights.in_x, x @ weights.in_z
+    return kernels.project([(x, weights.in_x)]), kernels.project([(x, weights.in_z)])
 
 
 def project_x(u: mx.array, weights: BiMambaWeights) -> mx.array:
     """Both directions' x_proj: [2, B, L, D] -> [2, B, L, R + 2N], one batched matmul."""
     two, batch, length, channels = u.shape
-    rows = u.reshape(two, batch * length, channels) @ weights.x_proj
+    rows = kernels.project([(u.reshape(two, batch * length, channels), weights.x_proj)])
     return rows.reshape(two, batch, length, -1)
 
 
 def merge(y: mx.array, x: mx.array, weights: BiMambaWeights) -> mx.array:
     """output_proj(concat[out_proj(y_f) + x, out_proj(y_b) + x]) with the out_projs folded into
-    output_proj: y [B, L, 2D] (bimamba_scan's), x [B, L, d] -> [B, L, d] in two matmuls."""
-    return mx.addmm(mx.addmm(weights.merge_bias, x, weights.merge_x), y, weights.merge_y)
+    output_proj: y [B, L, 2D] (bimamba_scan's), x [B, L, d] -> [B, L, d] in one projection
+    of two terms."""
+    return kernels.project([(x, weights.merge_x), (y, weights.merge_y)], weights.merge_bias)
 
 
 class BiMamba(nn.Module):
     """Forward and backward (time-reversed) Mamba, each plus its input, concatenated and merged
-    by Linear + LayerNorm. Both directions run together: in_proj as two matmuls (conv inputs,
+    by Linear + LayerNorm. Both directions run together: in_proj as two projections (conv inputs,
     gates), one conv and one scan launch (the backward direction reads the sequence from its
     end; nothing is flipped), one batched x_proj and one merge whose matmuls include the
     out_projs."""
@@ -125,12 +126,14 @@ class BiMamba(nn.Module):
                                   for k, m in enumerate((f, b))], axis=0)
 
         def stacked(get) -> mx.array:
-            return mx.stack([get(f), get(b)])
+            return mx.contiguous(mx.stack([get(f), get(b)]))
+
+        def columns(rows: slice) -> mx.array:  # both directions' in_proj rows, as [d, 2D]
+            return mx.contiguous(mx.concatenate([m.in_proj.weight[rows] for m in (f, b)]).T)
 
         weights = BiMambaWeights(
             sources=sources,
-            in_x=mx.concatenate([m.in_proj.weight[:inner] for m in (f, b)], axis=0).T,
-            in_z=mx.concatenate([m.in_proj.weight[inner:] for m in (f, b)], axis=0).T,
+            in_x=columns(slice(None, inner)), in_z=columns(slice(inner, None)),
             conv_weight=stacked(lambda m: m.conv1d.weight),
             conv_bias=stacked(lambda m: m.conv1d.bias),
             x_proj=stacked(lambda m: m.x_proj.weight.T),

@@ -1,0 +1,80 @@
+"""The model's projections on CUDA tensor cores at float32 accuracy (sl_gemm_cuda.h).
+
+``a @ w`` in full float32 runs on the CUDA cores: at the model's skinny shapes (K = 64-768,
+N = 36-512, 100k+ rows) cuBLAS reached about a third of the GPU's float32 peak (measured), and
+the projections were a third of a window's time. TF32 alone would break float32 parity; the
+kernel splits every operand into two TF32 parts and takes three tensor-core products per tile,
+which keeps float32 accuracy. It needs compute capability 8.0 (Ampere) or later and NVRTC (the
+kernels are compiled once per machine, cuda_packed.py); elsewhere, and for shapes it does not
+take, the caller runs MLX's matmul.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import mlx.core as mx
+
+from .cuda_packed import Part, build_variant, launch, unusable
+from .nvrtc import compute_capability
+
+#: Set to 0 to run the projections as MLX matmuls on CUDA too (for comparisons).
+PROJECTION_KERNEL_ENV = "SPEECHLENS_CUDA_PROJECTION"
+THREADS = 128  # SL_GEMM_THREADS
+ROWS_PER_BLOCK = 64  # SL_GEMM_BM
+
+
+def column_block(n: int) -> int:
+    """Output columns per block: 64, or N rounded up to 16 for narrower outputs."""
+    return 64 if n >= 64 else -(-n // 16) * 16
+
+
+def enabled() -> bool:
+    if os.environ.get(PROJECTION_KERNEL_ENV, "1").strip() in ("0", "false", "False"):
+        return False
+    arch = compute_capability()
+    return arch is not None and arch >= (8, 0) and not unusable()
+
+
+def fits(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None) -> bool:
+    """Whether the kernel takes these operands: one or two float32 terms with K and N multiples
+    of 4, weights [K, N] (or [NB, K, N] with a's leading dimension NB) shared by all rows."""
+    if not 1 <= len(terms) <= 2:
+        return False
+    n = int(terms[0][1].shape[-1])
+    batches = {1 if w.ndim == 2 else int(w.shape[0]) for _, w in terms}
+    if n % 4 or len(batches) != 1 or (bias is not None and tuple(bias.shape) != (n,)):
+        return False
+    nb = batches.pop()
+    for a, w in terms:
+        if (a.dtype != mx.float32 or w.dtype != mx.float32 or w.ndim not in (2, 3)
+                or int(w.shape[-1]) != n or int(a.shape[-1]) != int(w.shape[-2])
+                or int(a.shape[-1]) % 4 or (nb > 1 and (a.ndim < 2 or a.shape[0] != nb))):
+            return False
+    rows = {a.size // (nb * a.shape[-1]) for a, _ in terms}
+    return len(rows) == 1 and rows.pop() > 0
+
+
+@functools.cache
+def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool):
+    k0, k1 = ks[0], ks[1] if len(ks) > 1 else 0
+    parts = (Part("a0", 0, (nb, "B", "L", k0), k0), Part("w0", 0, (nb, k0, n), n),
+             Part("a1", 0, (nb, "B", "L", max(k1, 4)), max(k1, 4)),
+             Part("w1", 0, (nb, max(k1, 4), n), n), Part("bias", 0, (n,), n))
+    template = (("N", n), ("K0", k0), ("LDA0", k0), ("K1", k1), ("LDA1", max(k1, 4)),
+                ("BN", column_block(n)), ("NB", nb), ("BIAS", bias))
+    return build_variant("proj", parts, template)
+
+
+def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None) -> mx.array | None:
+    """sum(a @ w) + bias for operands that ``fits`` accepts, or None (no kernel here)."""
+    a0, w0 = terms[0]
+    n, nb = int(w0.shape[-1]), 1 if w0.ndim == 2 else int(w0.shape[0])
+    rows = a0.size // (nb * a0.shape[-1])
+    kernel = _kernel(n, tuple(int(a.shape[-1]) for a, _ in terms), nb, bias is not None)
+    second = terms[1] if len(terms) > 1 else terms[0]  # not read when there is one term
+    inputs = [a0, w0, *second, bias if bias is not None else w0]
+    blocks = nb * -(-rows // ROWS_PER_BLOCK) * -(-n // column_block(n))
+    out = launch(kernel, inputs, blocks * THREADS, THREADS, (nb * rows, n), rows, 1)
+    return None if out is None else out.reshape(*a0.shape[:-1], n)

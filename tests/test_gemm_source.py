@@ -1,0 +1,110 @@
+"""The CUDA projection kernel (kernels/sl_gemm_cuda.h, projection_cuda_body.h), compiled as C++
+on the CPU and checked against float64.
+
+CI has no NVIDIA GPU, so the shipped body is built into a CPU library with the CUDA shim, whose
+``sl_mma_tf32`` emulates the warp-wide tensor-core product from PTX's fragment layout (each
+block's threads run concurrently, so the warp's lanes meet as on the GPU) and whose ``sl_tf32``
+is the TF32 rounding. That checks the tiling, staging, bounds, batching, the second term and the
+bias, and that splitting each operand into two TF32 parts keeps float32 accuracy. Whether the GPU
+lays out fragments as emulated here is checked on a GPU (tests/test_kernels.py runs the model's
+projections through the kernel there).
+
+Skips only if no C++ compiler is found.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import subprocess
+
+import numpy as np
+import pytest
+
+from speechlens_cli import kernels
+
+# (N, K0, LDA0, K1, LDA1, BN, NB, BIAS): the template variants the harness instantiates, shaped
+# like the model's uses (in_proj from a column range of a wider parent, the batched x_proj with
+# N not a multiple of the tile, the merge's two terms with a bias) plus K tails below a slice.
+VARIANTS = (
+    (64, 64, 128, 0, 4, 64, 1, False),
+    (36, 64, 64, 0, 4, 48, 2, False),
+    (64, 96, 96, 32, 32, 64, 1, True),
+    (24, 36, 40, 12, 12, 16, 1, True),
+)
+# 3xTF32 keeps float32's accuracy: the error of a K-term float32 dot product, relative to the
+# RMS of the result, stays near 1e-7 * sqrt(K); TF32 alone would be ~1e-3.
+RTOL = 2e-6
+
+
+def _harness() -> str:
+    lines = ['#include "cuda_cpu_shim.h"', '#include "sl_backend_cuda.h"',
+             '#include "sl_gemm_cuda.h"', "",
+             "template <int N, int K0, int LDA0, int K1, int LDA1, int BN, int NB, bool BIAS>",
+             "void projection(const float* a0, const float* w0, const float* a1,",
+             "                const float* w1, const float* bias, float* out, int B, int L) {",
+             '#include "projection_cuda_body.h"', "}", ""]
+    for i, (n, k0, lda0, k1, lda1, bn, nb, bias) in enumerate(VARIANTS):
+        args = f"{n}, {k0}, {lda0}, {k1}, {lda1}, {bn}, {nb}, {str(bias).lower()}"
+        lines += [
+            f'extern "C" void run_{i}(const float* a0, const float* w0, const float* a1,',
+            "    const float* w1, const float* bias, float* out, int B, int L) {",
+            f"  const unsigned blocks = {nb} * ((B * L + 63) / 64) * (({n} + {bn} - 1) / {bn});",
+            "  sl_cuda_cpu_launch(blocks, SL_GEMM_THREADS,",
+            f"    [=] {{ projection<{args}>(a0, w0, a1, w1, bias, out, B, L); }});",
+            "}"]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="module")
+def harness(tmp_path_factory):
+    cxx = kernels.find_cxx()
+    if cxx is None:
+        pytest.skip("no C++ compiler (set CXX) to build the kernel sources on the CPU")
+    folder = tmp_path_factory.mktemp("gemm_on_cpu")
+    cpp, lib = folder / "gemm_harness.cpp", folder / "gemm_harness.so"
+    cpp.write_text(_harness())
+    cmd = [*cxx.split(), "-O1", "-std=c++17", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
+           "-Wall", "-Wno-unknown-pragmas", f"-I{kernels.kernel_source_dir()}", "-o", str(lib),
+           str(cpp)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    return ctypes.CDLL(str(lib))
+
+
+def _run(lib, variant: int, batch: int, length: int, seed: int):
+    n, k0, lda0, k1, lda1, _, nb, bias = VARIANTS[variant]
+    rng = np.random.default_rng(seed)
+    rows = batch * length
+    a0 = rng.standard_normal((nb, rows, lda0)).astype(np.float32)  # columns [0, K0) are read
+    a1 = rng.standard_normal((nb, rows, lda1)).astype(np.float32)
+    w0 = rng.standard_normal((nb, k0, n)).astype(np.float32)
+    w1 = rng.standard_normal((nb, max(k1, 1), n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32)
+    out = np.full((nb, rows, n), np.nan, np.float32)
+    ptr = [x.ctypes.data_as(ctypes.c_void_p) for x in (a0, w0, a1, w1, b, out)]
+    getattr(lib, f"run_{variant}")(*ptr, batch, length)
+    want = np.einsum("brk,bkn->brn", a0[..., :k0].astype(np.float64), w0.astype(np.float64))
+    if k1:
+        want += np.einsum("brk,bkn->brn", a1[..., :k1].astype(np.float64),
+                          w1.astype(np.float64))
+    if bias:
+        want += b
+    return out, want
+
+
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
+@pytest.mark.parametrize("batch,length", [(1, 1), (3, 29), (2, 70)])
+def test_projection_source_matches_float64(harness, variant, batch, length):
+    out, want = _run(harness, variant, batch, length, seed=100 * variant + length)
+    assert np.isfinite(out).all(), "every output element is written"
+    err = np.sqrt(np.mean((out - want) ** 2) / np.mean(want ** 2))
+    assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"
+    # tf32 alone would miss the bound by far: the low parts carry real weight
+    assert np.max(np.abs(out - want)) <= 1e-5 * np.sqrt(VARIANTS[variant][1] +
+                                                        VARIANTS[variant][3]) * 4
+
+
+def test_projection_source_bit_identical_runs(harness):
+    first, _ = _run(harness, 2, 3, 29, seed=7)
+    again, _ = _run(harness, 2, 3, 29, seed=7)
+    assert np.array_equal(first, again)
