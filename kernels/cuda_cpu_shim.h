@@ -10,6 +10,8 @@
 
 #include <math.h>
 
+#include <cmath>
+
 #include <condition_variable>
 #include <cstdint>
 #include <cstring>
@@ -74,20 +76,21 @@ inline sl_cpu_barrier& sl_cpu_block_barrier() {
 }
 inline void __syncthreads() { sl_cpu_block_barrier().wait(); }
 
-// sl_gemm_cuda.h's TF32 rounding (cvt.rna: nearest, ties away from zero, to 10 mantissa bits)
-// and its warp-wide tensor-core product, emulated. Every thread of the block must call
-// sl_mma_tf32 together, as on the GPU every lane of a warp does: each lane posts its fragments,
-// all meet at the barrier, each computes its own four results from its warp's posted tiles with
-// the fragment layout of PTX's mma.m16n8k8 (.tf32), and all meet again before the next post.
+// sl_gemm_cuda.h's bit casts and its warp-wide tensor-core product, emulated. Every thread of
+// the block must call sl_mma_tf32 together, as on the GPU every lane of a warp does: each lane
+// posts its fragments, all meet at the barrier, each computes its own four results from its
+// warp's posted tiles with the fragment layout of PTX's mma.m16n8k8 (.tf32), and all meet again
+// before the next post. As on the GPU, an operand's low 13 bits are ignored and the sum is
+// truncated (here: exact, then rounded toward zero), so an accumulation that drifts shows here.
+inline unsigned sl_float_bits(float x) {
+  unsigned u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
 inline float sl_bits_float(unsigned u) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
-}
-inline unsigned sl_tf32(float x) {
-  unsigned u;
-  std::memcpy(&u, &x, 4);
-  return (u + 0x1000u) & 0xffffe000u;
 }
 constexpr int SL_CPU_MAX_WARPS = 32;
 struct sl_cpu_warp_tiles {
@@ -109,9 +112,11 @@ inline void sl_mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&
   const int g = lane / 4, t = lane % 4;
   for (int i = 0; i < 4; ++i) {
     const int row = g + (i >= 2 ? 8 : 0), col = 2 * t + i % 2;
-    float sum = c[i];
-    for (int k = 0; k < 8; ++k) sum += A(row, k) * B(k, col);  // exact products (11 x 11 bits)
-    c[i] = sum;
+    double sum = c[i];
+    for (int k = 0; k < 8; ++k) sum += (double)A(row, k) * B(k, col);  // exact (11 x 11 bits)
+    float rounded = (float)sum;
+    if (std::fabs((double)rounded) > std::fabs(sum)) rounded = std::nextafter(rounded, 0.0f);
+    c[i] = rounded;
   }
   __syncthreads();
 }

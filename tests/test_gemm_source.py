@@ -5,9 +5,10 @@ CI has no NVIDIA GPU, so the shipped body is built into a CPU library with the C
 ``sl_mma_tf32`` emulates the warp-wide tensor-core product from PTX's fragment layout (each
 block's threads run concurrently, so the warp's lanes meet as on the GPU) and whose ``sl_tf32``
 is the TF32 rounding. That checks the tiling, staging, bounds, batching, the second term and the
-bias, and that splitting each operand into two TF32 parts keeps float32 accuracy. Whether the GPU
-lays out fragments as emulated here is checked on a GPU (tests/test_kernels.py runs the model's
-projections through the kernel there).
+bias, and that splitting each operand into two TF32 parts keeps float32 accuracy (the emulated
+sum is truncated, as the tensor core's is, so an accumulation that drifts fails here as it did on
+an H200). Whether the GPU lays out fragments as emulated here is checked on a GPU
+(tests/test_kernels.py::test_project_matches_float64 runs the kernel there).
 
 Skips only if no C++ compiler is found.
 """
@@ -24,11 +25,13 @@ from speechlens_cli import kernels
 
 # (N, K0, LDA0, K1, LDA1, BN, NB, BIAS): the template variants the harness instantiates, shaped
 # like the model's uses (in_proj from a column range of a wider parent, the batched x_proj with
-# N not a multiple of the tile, the merge's two terms with a bias) plus K tails below a slice.
+# N not a multiple of the tile, two terms with a bias, the merge's own K = 64 + 512, where a
+# drifting accumulation shows) plus K tails below a slice.
 VARIANTS = (
     (64, 64, 128, 0, 4, 64, 1, False),
     (36, 64, 64, 0, 4, 48, 2, False),
     (64, 96, 96, 32, 32, 64, 1, True),
+    (64, 64, 64, 512, 512, 64, 1, True),
     (24, 36, 40, 12, 12, 16, 1, True),
 )
 # 3xTF32 keeps float32's accuracy: the error of a K-term float32 dot product, relative to the

@@ -528,7 +528,10 @@ RTOL_PROJECT = 2e-6  # relative RMS vs float64: float32 accuracy (TF32 alone is 
     ((5, 13), (64, 512), 64, False, True),  # the merge: two terms and a bias
     ((4, 7), (2,), 64, False, True),  # K = 2 (the encoder's first 1x1 conv): MLX's matmul
 ])
-def test_project_matches_float64(rows_shape, ks, n, batched, bias):
+@pytest.mark.parametrize("kernel", ["0", "1"])
+def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monkeypatch):
+    """On CUDA "1" runs the tensor-core kernel (cuda_projection.py); elsewhere both are MLX's."""
+    monkeypatch.setenv("SPEECHLENS_CUDA_PROJECTION", kernel)
     rng = np.random.default_rng(sum(ks) + n)
     lead = (2,) if batched else ()
     a = [rng.standard_normal((*lead, *rows_shape, k)).astype(np.float32) for k in ks]

@@ -19,6 +19,8 @@ Public functions keep the signatures the model code calls:
 
 * ``causal_conv1d(x [B,L,D], weight [D,4,1], bias [D]) -> [B,L,D]``
 * ``selective_scan(u, delta_raw, A_log, B, C, D, z, strict=False) -> y * SiLU(z)``
+* ``project(terms, bias=None) -> sum(a @ w) + bias``: the model's projections (MLX's matmul;
+  on CUDA, opt-in, a float32-accurate tensor-core kernel: ``cuda_projection``)
 
 The conv validates its inputs and falls back to ``mx.conv1d(groups=D)`` cropped to L (one logged
 warning per reason) on a validation or dispatch failure, or when
@@ -32,10 +34,10 @@ library compiled at run time goes; default ``$XDG_CACHE_HOME/speechlens`` or
 
 Modules: ``dispatch`` (the public entry points and which implementation runs), ``gpu`` (Metal
 and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba block's
-kernels compiled once per machine and cached), ``cpu_binding`` and ``cpu_ops`` (the C++ library
-through ctypes),
-``fallback`` (MLX ops), ``contract`` (accepted shapes), ``sources``, ``build`` (the build
-description setup.py shares) and ``compiler`` (building the CPU library at run time).
+kernels compiled once per machine and cached), ``cuda_projection`` (the projection kernel),
+``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes), ``fallback`` (MLX ops),
+``contract`` (accepted shapes), ``sources``, ``build`` (the build description setup.py shares)
+and ``compiler`` (building the CPU library at run time).
 """
 
 from __future__ import annotations

@@ -203,8 +203,9 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
     """sum(a @ w for a, w in terms) + bias: the model's projections (one or two terms, weights
     [K, N], or [NB, K, N] for a batch of NB row sets a [NB, ..., K]).
 
-    On CUDA (compute capability 8.0 or later) one kernel computes them at float32 accuracy on
-    the tensor cores (cuda_projection.py); elsewhere MLX's matmul, the terms added in order."""
+    MLX's matmul, the terms added in order; on CUDA with SPEECHLENS_CUDA_PROJECTION=1, one
+    kernel at float32 accuracy on the tensor cores (cuda_projection.py: opt-in, it measured
+    level with cuBLAS)."""
     if backend() == "cuda" and cuda_projection.enabled() and cuda_projection.fits(terms, bias):
         y = cuda_projection.project(terms, bias)
         if y is not None:
@@ -251,4 +252,6 @@ def kernel_info() -> dict[str, str]:
         info["gpu_kernels"] = launch_description(which)
         if which == "cuda":
             info["cuda_compilation"] = cuda_packed.describe()
+            info["cuda_projections"] = ("tensor cores, float32 accuracy (3xTF32)"
+                                        if cuda_projection.enabled() else "MLX matmul")
     return info
