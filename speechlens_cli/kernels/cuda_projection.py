@@ -38,23 +38,27 @@ def enabled() -> bool:
     return arch is not None and arch >= (8, 0) and not unusable()
 
 
-def fits(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None) -> bool:
-    """Whether the kernel takes these operands: one or two float32 terms with K and N multiples
-    of 4, weights [K, N] (or [NB, K, N] with a's leading dimension NB) shared by all rows."""
+def _geometry(terms: list[tuple[mx.array, mx.array]],
+              bias: mx.array | None) -> tuple[int, int, int] | None:
+    """(N, NB, rows per batch) where the kernel takes these operands, else None: one or two
+    float32 terms with K and N multiples of 4, weights [K, N] (or [NB, K, N] with a's leading
+    dimension NB) shared by all rows."""
     if not 1 <= len(terms) <= 2:
-        return False
+        return None
     n = int(terms[0][1].shape[-1])
     batches = {1 if w.ndim == 2 else int(w.shape[0]) for _, w in terms}
     if n % 4 or len(batches) != 1 or (bias is not None and tuple(bias.shape) != (n,)):
-        return False
+        return None
     nb = batches.pop()
     for a, w in terms:
         if (a.dtype != mx.float32 or w.dtype != mx.float32 or w.ndim not in (2, 3)
                 or int(w.shape[-1]) != n or int(a.shape[-1]) != int(w.shape[-2])
                 or int(a.shape[-1]) % 4 or (nb > 1 and (a.ndim < 2 or a.shape[0] != nb))):
-            return False
+            return None
     rows = {a.size // (nb * a.shape[-1]) for a, _ in terms}
-    return len(rows) == 1 and rows.pop() > 0
+    if len(rows) != 1 or (count := rows.pop()) == 0:
+        return None
+    return n, nb, count
 
 
 @functools.cache
@@ -69,10 +73,12 @@ def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool):
 
 
 def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None) -> mx.array | None:
-    """sum(a @ w) + bias for operands that ``fits`` accepts, or None (no kernel here)."""
+    """sum(a @ w) + bias, or None where the kernel does not take the operands or cannot run."""
+    geometry = _geometry(terms, bias)
+    if geometry is None:
+        return None
+    n, nb, rows = geometry
     a0, w0 = terms[0]
-    n, nb = int(w0.shape[-1]), 1 if w0.ndim == 2 else int(w0.shape[0])
-    rows = a0.size // (nb * a0.shape[-1])
     kernel = _kernel(n, tuple(int(a.shape[-1]) for a, _ in terms), nb, bias is not None)
     second = terms[1] if len(terms) > 1 else terms[0]  # not read when there is one term
     inputs = [a0, w0, *second, bias if bias is not None else w0]

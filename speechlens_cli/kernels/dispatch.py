@@ -206,7 +206,7 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
     MLX's matmul, the terms added in order; on CUDA with SPEECHLENS_CUDA_PROJECTION=1, one
     kernel at float32 accuracy on the tensor cores (cuda_projection.py: opt-in, it measured
     level with cuBLAS)."""
-    if backend() == "cuda" and cuda_projection.enabled() and cuda_projection.fits(terms, bias):
+    if backend() == "cuda" and cuda_projection.enabled():
         y = cuda_projection.project(terms, bias)
         if y is not None:
             return y

@@ -126,7 +126,7 @@ class BiMamba(nn.Module):
                                   for k, m in enumerate((f, b))], axis=0)
 
         def stacked(get) -> mx.array:
-            return mx.contiguous(mx.stack([get(f), get(b)]))
+            return mx.stack([get(f), get(b)])  # a new, row-contiguous array
 
         def columns(rows: slice) -> mx.array:  # both directions' in_proj rows, as [d, 2D]
             return mx.contiguous(mx.concatenate([m.in_proj.weight[rows] for m in (f, b)]).T)
