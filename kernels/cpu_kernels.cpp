@@ -11,6 +11,7 @@
 // machines; other architectures get the 4-lane version.
 
 #include "sl_backend_cpu.h"
+#include "sl_conv2d_cpu.h"
 #include "sl_mamba.h"
 
 #include <algorithm>
@@ -19,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#define SL_CPU_ABI_VERSION 3
+#define SL_CPU_ABI_VERSION 4
 #ifndef SL_SOURCE_HASH
 #define SL_SOURCE_HASH "unknown"  // setup.py and the run-time compile pass the hash of the sources
 #endif
@@ -48,6 +49,11 @@ struct ConvArgs {
   int64_t nb, length, channels;
   int64_t sx[3], so[3], sw[2], sbias;
   int silu;  // apply SiLU to the output (CPU only: saves a separate, slow MLX pass)
+  // Both directions of a BiMamba (directions == 2): x holds 2 x channels per step, the
+  // backward direction's second; it runs anti-causally in place (its past is the later steps)
+  // into out + out_dir, with taps w + w_dir and bias + bias_dir.
+  int directions = 1;
+  int64_t out_dir = 0, w_dir = 0, bias_dir = 0;
 };
 
 struct ScanArgs {
@@ -65,41 +71,70 @@ struct ScanArgs {
   int64_t rank = 0;
 };
 
-// SiLU over one group of W channels along time, while the conv's output is still in cache.
-// Direct division, as in strict mode: the conv and its activation are the same in both modes.
+// Row order: for one batch row, each time step computes every channel group before the next
+// step, so x and out stream through memory row by row (the per-thread walk down one column
+// touched a new cache line per step, and its SiLU pass read the column again). With both
+// directions, one pass reads each whole input row once: the backward direction's output at
+// step t takes steps t..t+3, read where they are, so nothing is reversed or read twice (two
+// half-row passes ran 2x slower, measured). The taps and bias are gathered once into `wt`
+// [directions, 5, channels] (taps oldest first, then the bias); the per-step arithmetic is
+// sl_mamba.h's, and SiLU (sl_cpu::silu_exp2, the same in both modes) is applied while the
+// output is in a register.
 template <typename V>
-SL_FN void silu_in_place(float* out, int64_t stride, int64_t length) {
-  for (int64_t t = 0; t < length; ++t) {
-    float* row = out + t * stride;
-    SL_STORE(row, sl_silu_strict<V>(SL_LOAD(V, row)));
-  }
+SL_FN void conv_step(const float* wt, int64_t D, int64_t d, const float* xt, const float* x1,
+                     const float* x2, const float* x3, float* ot, int silu) {
+  const V zero = SL_SPLAT(V, 0.0f);
+  const V y = sl_causal_conv1d_step(
+      SL_LOAD(V, wt + d), SL_LOAD(V, wt + D + d), SL_LOAD(V, wt + 2 * D + d),
+      SL_LOAD(V, wt + 3 * D + d), SL_LOAD(V, wt + 4 * D + d), x3 ? SL_LOAD(V, x3 + d) : zero,
+      x2 ? SL_LOAD(V, x2 + d) : zero, x1 ? SL_LOAD(V, x1 + d) : zero, SL_LOAD(V, xt + d));
+  SL_STORE(ot + d, silu ? sl_cpu::silu_exp2(y) : y);
 }
 
-// Work unit = (batch, group of W channels); the last group of a row may be partial and then
-// runs lane by lane with V = float.
+// One direction at step t: x1..x3 are its previous three steps (null before the sequence).
 template <typename V>
-SL_FN void conv_units(const ConvArgs& a, int64_t begin, int64_t end) {
+SL_FN void conv_direction(const float* wt, int64_t D, const float* xt, const float* x1,
+                          const float* x2, const float* x3, float* ot, int silu) {
   const int W = sl_cpu::traits<V>::lanes;
-  const int64_t groups = (a.channels + W - 1) / W;
-  for (int64_t unit = begin; unit < end; ++unit) {
-    const int64_t b = unit / groups;
-    const int64_t d0 = (unit % groups) * W;
+  const int64_t G = D / W;
+  for (int64_t g = 0; g < G; ++g) conv_step<V>(wt, D, g * W, xt, x1, x2, x3, ot, silu);
+  for (int64_t d = G * W; d < D; ++d) conv_step<float>(wt, D, d, xt, x1, x2, x3, ot, silu);
+}
+
+template <typename V>
+SL_FN void conv_rows(const ConvArgs& a, int64_t b_begin, int64_t b_end, float* wt) {
+  const int64_t D = a.channels, L = a.length, st = a.sx[1];
+  for (int k = 0; k < a.directions; ++k) {
+    float* wk = wt + k * (SL_CONV_WIDTH + 1) * D;
+    for (int64_t d = 0; d < D; ++d) {
+      for (int j = 0; j < SL_CONV_WIDTH; ++j) {
+        wk[j * D + d] = a.w[k * a.w_dir + d * a.sw[0] + j * a.sw[1]];
+      }
+      wk[SL_CONV_WIDTH * D + d] = a.bias[k * a.bias_dir + d * a.sbias];
+    }
+  }
+  for (int64_t b = b_begin; b < b_end; ++b) {
     const float* x = a.x + b * a.sx[0];
     float* out = a.out + b * a.so[0];
-    if (d0 + W <= a.channels) {
-      sl_causal_conv1d_thread<V>(x + d0 * a.sx[2], a.sx[1], out + d0 * a.so[2], a.so[1],
-                                 a.w + d0 * a.sw[0], a.sw[1], a.sw[0], a.bias + d0 * a.sbias,
-                                 a.sbias, (int)a.length);
-      if (a.silu) silu_in_place<V>(out + d0 * a.so[2], a.so[1], a.length);
-    } else {
-      for (int64_t d = d0; d < a.channels; ++d) {
-        sl_causal_conv1d_thread<float>(x + d * a.sx[2], a.sx[1], out + d * a.so[2], a.so[1],
-                                       a.w + d * a.sw[0], a.sw[1], a.sw[0],
-                                       a.bias + d * a.sbias, a.sbias, (int)a.length);
-        if (a.silu) silu_in_place<float>(out + d * a.so[2], a.so[1], a.length);
+    for (int64_t t = 0; t < L; ++t) {
+      const float* xt = x + t * st;
+      conv_direction<V>(wt, D, xt, t >= 1 ? xt - st : nullptr, t >= 2 ? xt - 2 * st : nullptr,
+                        t >= 3 ? xt - 3 * st : nullptr, out + t * a.so[1], a.silu);
+      if (a.directions == 2) {
+        const float* xb = xt + D;
+        conv_direction<V>(wt + (SL_CONV_WIDTH + 1) * D, D, xb,
+                          t + 1 < L ? xb + st : nullptr, t + 2 < L ? xb + 2 * st : nullptr,
+                          t + 3 < L ? xb + 3 * st : nullptr, out + a.out_dir + t * a.so[1],
+                          a.silu);
       }
     }
   }
+}
+
+template <typename V>
+SL_FN void conv_rows_alloc(const ConvArgs& a, int64_t b_begin, int64_t b_end) {
+  std::vector<float> wt((size_t)(a.directions * (SL_CONV_WIDTH + 1) * a.channels));
+  conv_rows<V>(a, b_begin, b_end, wt.data());
 }
 
 template <bool STRICT, typename V>
@@ -291,8 +326,9 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 #endif
 
 #define SL_DEFINE_ISA(SUFFIX, TARGET, V)                                                     \
-  TARGET static void conv_##SUFFIX(const ConvArgs& a, int64_t b, int64_t e) {                \
-    conv_units<V>(a, b, e);                                                                   \
+  TARGET SL_CONTRACT_DEFAULT static void conv_##SUFFIX(const ConvArgs& a, int64_t b,        \
+                                                       int64_t e) {                          \
+    conv_rows_alloc<V>(a, b, e);                                                                   \
   }                                                                                           \
   TARGET SL_CONTRACT_DEFAULT static void scan_std_##SUFFIX(const ScanArgs& a, int64_t b,     \
                                                            int64_t e) {                      \
@@ -316,6 +352,15 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
     map_n<V>(x, y, n, Exp2Decay());                                                           \
   }
 
+// The direct 2-D convolution's register tile per ISA: NV vectors of output channels x 6 pixels
+// (AVX-512: 24 accumulators of 32 registers; AVX2 and the baseline: 12 of 16).
+#define SL_DEFINE_CONV2D(SUFFIX, TARGET, V, NV)                                               \
+  constexpr int64_t kConv2dBlock_##SUFFIX = NV * sl_cpu::traits<V>::lanes;                    \
+  TARGET SL_CONTRACT_DEFAULT static void conv2d_##SUFFIX(const sl_conv2d::Args& a, int64_t b, \
+                                                         int64_t e) {                         \
+    sl_conv2d::rows<V, NV, 6>(a, b, e);                                                       \
+  }
+
 // Thread order (the GPU's walk, kept for tests and comparison): baseline ISA only.
 SL_CONTRACT_DEFAULT static void scan_threads_std(const ScanArgs& a, int64_t b, int64_t e) {
   scan_units<vf4, false>(a, b, e);
@@ -324,11 +369,16 @@ static void scan_threads_strict(const ScanArgs& a, int64_t b, int64_t e) {
   scan_units<vf4, true>(a, b, e);
 }
 
+#define SL_TARGET_AVX2 __attribute__((target("avx2,fma")))
+#define SL_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
 SL_DEFINE_ISA(generic, , vf4)
+SL_DEFINE_CONV2D(generic, , vf4, 2)
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SL_HAVE_X86_ISAS 1
-SL_DEFINE_ISA(avx2, __attribute__((target("avx2,fma"))), vf8)
-SL_DEFINE_ISA(avx512, __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma"))), vf16)
+SL_DEFINE_ISA(avx2, SL_TARGET_AVX2, vf8)
+SL_DEFINE_ISA(avx512, SL_TARGET_AVX512, vf16)
+SL_DEFINE_CONV2D(avx2, SL_TARGET_AVX2, vf8, 2)
+SL_DEFINE_CONV2D(avx512, SL_TARGET_AVX512, vf16, 4)
 #endif
 
 int best_isa() {
@@ -443,6 +493,17 @@ void affine_prelu_rows(const float* x, float* out, int64_t channels, const float
   }
 }
 
+void run_conv(const ConvArgs& a, int nthreads, int isa) {
+  isa = resolve_isa(isa);
+  parallel_for(a.nb, nthreads, [&a, isa](int64_t b, int64_t e) {
+#ifdef SL_HAVE_X86_ISAS
+    if (isa == ISA_AVX512) return conv_avx512(a, b, e);
+    if (isa == ISA_AVX2) return conv_avx2(a, b, e);
+#endif
+    conv_generic(a, b, e);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -467,17 +528,32 @@ __attribute__((visibility("default"))) int sl_cpu_causal_conv1d(
   if (taps != SL_CONV_WIDTH) return -1;
   if (sx[2] != 1 || so[2] != 1) return -2;
   if (nb <= 0 || length <= 0 || channels <= 0) return 0;
-  ConvArgs a{x, w, bias, out, nb, length, channels,
-             {sx[0], sx[1], sx[2]}, {so[0], so[1], so[2]}, {sw[0], sw[1]}, sbias, silu};
-  isa = resolve_isa(isa);
-  const int64_t units = nb * ((channels + lanes_of(isa) - 1) / lanes_of(isa));
-  parallel_for(units, nthreads, [&a, isa](int64_t b, int64_t e) {
-#ifdef SL_HAVE_X86_ISAS
-    if (isa == ISA_AVX512) return conv_avx512(a, b, e);
-    if (isa == ISA_AVX2) return conv_avx2(a, b, e);
-#endif
-    conv_generic(a, b, e);
-  });
+  run_conv(ConvArgs{x, w, bias, out, nb, length, channels, {sx[0], sx[1], sx[2]},
+                    {so[0], so[1], so[2]}, {sw[0], sw[1]}, sbias, silu},
+           nthreads, isa);
+  return 0;
+}
+
+// Both directions of a BiMamba's conv + SiLU in one pass over the rows: x [nb, length,
+// 2 * channels] (the forward direction's channels, then the backward one's; strides (batch,
+// time, channel)), out [2, nb, length, channels] (strides (direction, batch, time, channel)), w
+// [2, channels, taps] and bias [2, channels] (strides (direction, channel[, tap])). The
+// backward direction is the causal conv of the time-reversed sequence, written in original
+// time order.
+__attribute__((visibility("default"))) int sl_cpu_bimamba_conv1d(
+    const float* x, const int64_t* sx, const float* w, const int64_t* sw, const float* bias,
+    const int64_t* sbias, float* out, const int64_t* so, int64_t nb, int64_t length,
+    int64_t channels, int64_t taps, int nthreads, int isa) {
+  if (taps != SL_CONV_WIDTH) return -1;
+  if (sx[2] != 1 || so[3] != 1) return -2;
+  if (nb <= 0 || length <= 0 || channels <= 0) return 0;
+  ConvArgs a{x, w, bias, out, nb, length, channels, {sx[0], sx[1], sx[2]},
+             {so[1], so[2], so[3]}, {sw[1], sw[2]}, sbias[1], 1};
+  a.directions = 2;
+  a.out_dir = so[0];
+  a.w_dir = sw[0];
+  a.bias_dir = sbias[0];
+  run_conv(a, nthreads, isa);
   return 0;
 }
 
@@ -510,6 +586,46 @@ __attribute__((visibility("default"))) int sl_cpu_selective_scan(
     if (isa == ISA_AVX2) return scan_avx2(a, b, e);
 #endif
     scan_generic(a, b, e);
+  });
+  return 0;
+}
+
+// A stride-1 2-D convolution (sl_conv2d_cpu.h) whose input is the channel concatenation of
+// nplanes contiguous NHWC planes, each [nb, height, width, channels[p]]; weight
+// [kh, kw, sum(channels), out_channels] and out [nb, out_height, out_width, out_channels],
+// contiguous; bias [out_channels] or null. Zero padding ph (time) and pw (width), dilation dh, dw.
+// Returns 0, or a negative code for arguments it cannot handle (out_channels must be a multiple
+// of 8; the widest ISA whose register tile divides out_channels runs).
+__attribute__((visibility("default"))) int sl_cpu_conv2d(
+    const float* const* planes, const int64_t* channels, int64_t nplanes, const float* weight,
+    const float* bias, float* out, int64_t nb, int64_t height, int64_t width,
+    int64_t out_channels, int64_t kh, int64_t kw, int64_t ph, int64_t pw, int64_t dh,
+    int64_t dw, int nthreads, int isa) {
+  if (nplanes <= 0 || kh <= 0 || kw <= 0 || dh <= 0 || dw <= 0 || ph < 0 || pw < 0) return -1;
+  if (out_channels <= 0 || out_channels % kConv2dBlock_generic != 0) return -2;
+  int64_t widest = 0;
+  for (int64_t p = 0; p < nplanes; ++p) {
+    if (channels[p] <= 0) return -1;
+    widest = std::max(widest, channels[p]);
+  }
+  const int64_t out_height = height + 2 * ph - dh * (kh - 1);
+  const int64_t out_width = width + 2 * pw - dw * (kw - 1);
+  if (nb <= 0 || out_height <= 0 || out_width <= 0) return 0;
+  const std::vector<float> zeros((size_t)widest, 0.0f);
+  const sl_conv2d::Args a{planes, channels, nplanes, weight, bias, out, nb, height, width,
+                          out_height, out_width, out_channels, kh, kw, ph, pw, dh, dw,
+                          zeros.data()};
+  isa = resolve_isa(isa);
+#ifdef SL_HAVE_X86_ISAS
+  if (isa == ISA_AVX512 && out_channels % kConv2dBlock_avx512 != 0) isa = ISA_AVX2;
+  if (isa == ISA_AVX2 && out_channels % kConv2dBlock_avx2 != 0) isa = ISA_GENERIC;
+#endif
+  parallel_for(nb * out_height, nthreads, [&a, isa](int64_t b, int64_t e) {
+#ifdef SL_HAVE_X86_ISAS
+    if (isa == ISA_AVX512) return conv2d_avx512(a, b, e);
+    if (isa == ISA_AVX2) return conv2d_avx2(a, b, e);
+#endif
+    conv2d_generic(a, b, e);
   });
   return 0;
 }

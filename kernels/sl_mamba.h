@@ -248,6 +248,15 @@ SL_FN V sl_standard_output(V y, V dskip, V ut, V zt, sl_fast_tag<true>) {
 // (used only to gather SIMD lanes on the CPU); bias at the channel, sbd its channel stride.
 // out[t] = w0*x[t-3] + w1*x[t-2] + w2*x[t-1] + w3*x[t] + bias, x[t < 0] = 0; with SILU, the
 // standard-mode SiLU of that (saves the GPU graph a separate elementwise pass over [B, L, D]).
+template <typename V>
+SL_FN V sl_causal_conv1d_step(V w0, V w1, V w2, V w3, V bv, V x0, V x1, V x2, V x3) {
+  V acc = w0 * x0;
+  acc = acc + w1 * x1;
+  acc = acc + w2 * x2;
+  acc = acc + w3 * x3;
+  return acc + bv;
+}
+
 template <typename V, bool SILU = false, typename PX, typename PW, typename PBias, typename PO>
 SL_FN void sl_causal_conv1d_thread(PX x, SL_I64 sx, PO out, SL_I64 so, PW w, SL_I64 swk,
                                    SL_I64 swd, PBias bias, SL_I64 sbd, int length) {
@@ -263,11 +272,7 @@ SL_FN void sl_causal_conv1d_thread(PX x, SL_I64 sx, PO out, SL_I64 so, PW w, SL_
     SL_PREFETCH(x, SL_CONV_PREFETCH, sx);
     SL_PREFETCH(out, SL_CONV_PREFETCH, so);
     const V x3 = SL_LOAD(V, x);
-    V acc = w0 * x0;
-    acc = acc + w1 * x1;
-    acc = acc + w2 * x2;
-    acc = acc + w3 * x3;
-    acc = acc + bv;
+    const V acc = sl_causal_conv1d_step(w0, w1, w2, w3, bv, x0, x1, x2, x3);
     SL_STORE(out, SILU ? sl_silu_standard(acc) : acc);
     x0 = x1;
     x1 = x2;

@@ -10,9 +10,10 @@ import os  # noqa: E402
 # MLX_ENABLE_TF32=1 yourself to trade that accuracy for speed.
 os.environ.setdefault("MLX_ENABLE_TF32", "0")
 
-from . import blas  # noqa: E402  (must run before anything imports mlx.core)
+from . import blas, heap  # noqa: E402  (must run before anything imports mlx.core)
 
 blas.preload()
+heap.keep_large_buffers()
 
 import mlx.core as _mx  # noqa: E402
 

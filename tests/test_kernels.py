@@ -102,6 +102,25 @@ def test_conv_with_silu_equals_silu_of_reference(batch, length, channels):
     assert np.max(np.abs(out - want)) <= ATOL_CONV
 
 
+@needs_cpu_library
+def test_cpu_conv_silu_is_accurate_over_the_whole_range():
+    """The CPU conv's SiLU (an exp2 polynomial with a clamped exponent) over [-100, 100] through
+    an identity conv: relative error <= 5e-7 where SiLU is not tiny (|SiLU| >= 1e-30; below,
+    absolute <= 1e-30), NaN stays NaN."""
+    z = np.concatenate([np.linspace(-100.0, 100.0, 40001), [0.0, -0.0, np.nan]])
+    x = mx.array(z.astype(np.float32).reshape(1, -1, 1))
+    weight = mx.array(np.float32([0, 0, 0, 1]).reshape(1, 4, 1))
+    out = np.array(kernels.causal_conv1d(x, weight, mx.zeros((1,)), silu=True)).ravel()
+    zf = np.array(x, np.float64).ravel()
+    with np.errstate(over="ignore"):
+        want = zf / (1.0 + np.exp(-zf))
+    finite = ~np.isnan(zf)
+    big = finite & (np.abs(want) >= 1e-30)
+    assert np.max(np.abs(out[big] - want[big]) / np.abs(want[big])) <= 5e-7
+    assert np.max(np.abs(out[finite & ~big] - want[finite & ~big])) <= 1e-30
+    assert np.isnan(out[~finite]).all()
+
+
 def test_conv_kernel_is_causal_with_zero_padding():
     """Output t depends on inputs t-3..t only; the first outputs see zeros before t = 0."""
     rng = np.random.default_rng(5)
@@ -548,3 +567,83 @@ def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monke
         want = want + b
     assert out.shape == ((2, int(np.prod(rows_shape)), n) if batched else (*rows_shape, n))
     assert _rel_rms(out.reshape(want.shape), want) <= RTOL_PROJECT
+
+
+# ---- the CPU's direct 2-D convolution (encoder and decoders) ----
+# Tolerance: largest error <= 1e-6 of the largest output against float64 (measured 1-2e-7 at
+# 3 x 3 x 192 inputs; BLAS's matmul form: 3.3e-7).
+RTOL_CONV2D = 1e-6
+
+CONV2D_CASES = [
+    # plane channels, out channels, kernel, padding, dilation, frames, width
+    ([64, 64, 64], 64, (3, 3), (4, 1), (4, 1), 37, 23),  # a dense layer: three planes
+    ([3, 5], 8, (3, 3), (1, 1), (1, 1), 9, 7),  # planes of odd widths; 2 batch items
+    ([16], 32, (1, 3), (0, 1), (1, 1), 20, 13),  # the decoders' (1, 3) conv
+    ([7], 16, (3, 3), (0, 0), (2, 1), 12, 30),  # no padding: a smaller output
+]
+
+
+def _conv2d_inputs(rng, channels, out_channels, kernel, frames, width, batch=2):
+    planes = [mx.array(rng.standard_normal((batch, frames, width, c)).astype(np.float32))
+              for c in channels]
+    weight = mx.array((rng.standard_normal((out_channels, *kernel, sum(channels))) * 0.1)
+                      .astype(np.float32))
+    bias = mx.array(rng.standard_normal(out_channels).astype(np.float32))
+    return planes, weight, bias
+
+
+def _conv2d_float64(planes, weight, bias, padding, dilation):
+    x = np.concatenate([np.array(p, np.float64) for p in planes], axis=-1)
+    w = np.array(weight, np.float64)
+    (ph, pw), (dh, dw) = padding, dilation
+    _, kh, kw, _ = w.shape
+    x = np.pad(x, [(0, 0), (ph, ph), (pw, pw), (0, 0)])
+    frames, width = x.shape[1] - dh * (kh - 1), x.shape[2] - dw * (kw - 1)
+    y = np.zeros((x.shape[0], frames, width, w.shape[0])) + np.array(bias, np.float64)
+    for i in range(kh):
+        for j in range(kw):
+            y += x[:, i * dh:i * dh + frames, j * dw:j * dw + width] @ w[:, i, j].T
+    return y
+
+
+@needs_cpu_library
+@pytest.mark.parametrize("isa", [0, *sorted(ISA_NAMES)])
+@pytest.mark.parametrize("case", range(len(CONV2D_CASES)))
+def test_cpu_conv2d_matches_float64(isa, case):
+    """Every ISA build, every padding, dilation and plane split, widths that do not fill the
+    register tile; an ISA this CPU lacks is skipped by name."""
+    lib = kernels.cpu_library()
+    if isa and lib.isa(isa) != isa:
+        pytest.skip(f"this CPU has no {ISA_NAMES[isa]} (best here: {lib.isa_name()})")
+    channels, out_channels, kernel, padding, dilation, frames, width = CONV2D_CASES[case]
+    planes, weight, bias = _conv2d_inputs(np.random.default_rng(50 + case), channels,
+                                          out_channels, kernel, frames, width)
+    got = np.array(cpu_ops.cpu_conv2d(planes, weight, bias, padding, dilation, isa=isa))
+    expected = _conv2d_float64(planes, weight, bias, padding, dilation)
+    assert got.shape == expected.shape
+    assert np.abs(got - expected).max() <= RTOL_CONV2D * np.abs(expected).max()
+
+
+@needs_cpu_library
+def test_cpu_conv2d_is_the_same_on_one_and_two_threads(monkeypatch):
+    planes, weight, bias = _conv2d_inputs(np.random.default_rng(60), [64, 64], 64, (3, 3),
+                                          15, 11, batch=1)
+    runs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv(kernels.CPU_THREADS_ENV, threads)
+        runs.append(np.array(kernels.conv2d(planes, weight, bias, (2, 1), (2, 1))))
+    assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
+
+
+@needs_cpu_library
+def test_cpu_conv2d_declines_what_it_cannot_take():
+    """The caller then runs the matmul form: None for output channels that are not a multiple
+    of 8 and for planes of different sizes; no bias is fine."""
+    rng = np.random.default_rng(61)
+    planes, weight, _ = _conv2d_inputs(rng, [4], 12, (3, 3), 5, 5)
+    assert kernels.conv2d(planes, weight, None, (1, 1), (1, 1)) is None
+    planes, weight, _ = _conv2d_inputs(rng, [4, 4], 8, (3, 3), 5, 5)
+    assert kernels.conv2d([planes[0], planes[1][:, 1:]], weight, None, (1, 1), (1, 1)) is None
+    got = np.array(kernels.conv2d(planes, weight, None, (1, 1), (1, 1)))
+    expected = _conv2d_float64(planes, weight, np.zeros(8), (1, 1), (1, 1))
+    assert np.abs(got - expected).max() <= RTOL_CONV2D * np.abs(expected).max()

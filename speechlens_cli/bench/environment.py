@@ -10,7 +10,7 @@ import sys
 
 import mlx.core as mx
 
-from .. import __version__, blas, kernels
+from .. import __version__, blas, heap, kernels
 
 
 def cpu_model() -> str:
@@ -126,6 +126,7 @@ def environment(peer: dict | None = None) -> dict[str, str]:
         "mlx backend": which,
         "mlx default device": str(mx.default_device()),
         "blas": blas.status,
+        "heap": heap.status,
     }
     if which == "cpu":
         env["cpu kernels"] = (f"{info.get('cpu_library', '-')}; {info.get('cpu_isa', '-')}; "

@@ -108,7 +108,7 @@ def module_label(path: str, module) -> tuple[str, str]:
         if cls in ("InstanceNorm", "PReLU"):
             return f"encoder {cls}", ENCODER
         if cls == "DenseBlock":
-            return "encoder dense-block concat", ENCODER
+            return "encoder dense-block glue (tile concat)", ENCODER
         return "encoder glue", ENCODER
     if parts[0] in ("mask_decoder", "phase_decoder"):
         if cls == "Conv2d" and "dense_block" in parts:
@@ -122,7 +122,7 @@ def module_label(path: str, module) -> tuple[str, str]:
         if cls in ("InstanceNorm", "PReLU"):
             return f"decoder {cls}", DECODERS
         if cls == "DenseBlock":
-            return "decoder dense-block concat", DECODERS
+            return "decoder dense-block glue (tile concat)", DECODERS
         return "decoder glue (T/F swaps, atan2, crop)", DECODERS
     if parts[0] == "TSMamba":
         if len(parts) == 1:
@@ -153,6 +153,11 @@ FUNCTIONS = (
 )
 
 
+#: The module methods the model calls: __call__, and Conv2d.direct (a conv read straight from
+#: its input planes, which the dense blocks call instead).
+TIMED_METHODS = ("__call__", "direct")
+
+
 @contextmanager
 def instrumented(model, profiler: Profiler):
     """Wrap every module of `model` and the functions in FUNCTIONS; restore them on exit."""
@@ -160,13 +165,17 @@ def instrumented(model, profiler: Profiler):
     labels: dict[int, tuple[str, str]] = {}
     swapped = []
 
+    def timed(cls: type, method: str):
+        def run(self, *args, **kwargs):
+            label, group = labels[id(self)]
+            return profiler.run(label, group,
+                                lambda *a, **k: getattr(cls, method)(self, *a, **k), args, kwargs)
+        return run
+
     def timed_class(cls: type) -> type:
         if cls not in timed_classes:
-            def __call__(self, *args, **kwargs):
-                label, group = labels[id(self)]
-                return profiler.run(label, group, lambda *a, **k: cls.__call__(self, *a, **k),
-                                    args, kwargs)
-            timed_classes[cls] = type(f"Profiled{cls.__name__}", (cls,), {"__call__": __call__})
+            methods = {m: timed(cls, m) for m in TIMED_METHODS if hasattr(cls, m)}
+            timed_classes[cls] = type(f"Profiled{cls.__name__}", (cls,), methods)
         return timed_classes[cls]
 
     with ExitStack() as stack:

@@ -21,6 +21,9 @@ Public functions keep the signatures the model code calls:
 * ``selective_scan(u, delta_raw, A_log, B, C, D, z, strict=False) -> y * SiLU(z)``
 * ``project(terms, bias=None) -> sum(a @ w) + bias``: the model's projections (MLX's matmul;
   on CUDA, opt-in, a float32-accurate tensor-core kernel: ``cuda_projection``)
+* ``conv2d(planes, weight, bias, padding, dilation)``: on the CPU, the encoder's and decoders'
+  stride-1 convolutions read straight from their input planes (``kernels/sl_conv2d_cpu.h``);
+  None elsewhere
 
 The conv validates its inputs and falls back to ``mx.conv1d(groups=D)`` cropped to L (one logged
 warning per reason) on a validation or dispatch failure, or when
@@ -72,6 +75,7 @@ from .dispatch import (  # noqa: E402
     bimamba_conv,
     bimamba_scan,
     causal_conv1d,
+    conv2d,
     conv_kernel_disabled,
     gpu_backend,
     kernel_info,
@@ -86,7 +90,7 @@ __all__ = [
     "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_THREADS_ENV", "DISABLE_CONV_ENV",
     "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError",
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "bimamba_conv",
-    "bimamba_scan", "causal_conv1d",
+    "bimamba_scan", "causal_conv1d", "conv2d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
     "cpu_exp_poly", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
     "kernel_info", "kernel_source_dir", "project", "selective_scan",

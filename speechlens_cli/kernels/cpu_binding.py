@@ -34,6 +34,12 @@ _CONV_PARAMS = (
     ("batch", _I64), ("length", _I64), ("channels", _I64), ("taps", _I64),
     ("threads", _INT), ("isa", _INT), ("silu", _INT),
 )
+_BIMAMBA_CONV_PARAMS = (
+    ("x", _VP), ("x_strides", _I64P), ("weight", _VP), ("weight_strides", _I64P),
+    ("bias", _VP), ("bias_strides", _I64P), ("out", _VP), ("out_strides", _I64P),
+    ("batch", _I64), ("length", _I64), ("channels", _I64), ("taps", _I64),
+    ("threads", _INT), ("isa", _INT),
+)
 _SCAN_PARAMS = (
     ("u", _VP), ("u_strides", _I64P), ("dt", _VP), ("dt_strides", _I64P),
     ("A_log", _VP), ("A_log_strides", _I64P), ("B", _VP), ("B_strides", _I64P),
@@ -49,6 +55,14 @@ _CHANNEL_SUMS_PARAMS = (("x", _VP), ("rows", _I64), ("channels", _I64), ("center
 _AFFINE_PRELU_PARAMS = (("x", _VP), ("out", _VP), ("rows", _I64), ("channels", _I64),
                         ("mean", _VP), ("scale", _VP), ("bias", _VP), ("slope", _VP),
                         ("threads", _INT))
+
+_CONV2D_PARAMS = (
+    ("planes", _VP), ("plane_channels", _I64P), ("nplanes", _I64), ("weight", _VP),
+    ("bias", _VP), ("out", _VP), ("batch", _I64), ("height", _I64), ("width", _I64),
+    ("out_channels", _I64), ("kernel_height", _I64), ("kernel_width", _I64),
+    ("pad_height", _I64), ("pad_width", _I64), ("dilation_height", _I64),
+    ("dilation_width", _I64), ("threads", _INT), ("isa", _INT),
+)
 
 
 class _Entry:
@@ -80,11 +94,13 @@ class CpuLibrary:
         lib.sl_cpu_source_hash.restype = ctypes.c_char_p
         self.source_hash = lib.sl_cpu_source_hash().decode()
         self.causal_conv1d = _Entry(lib, "sl_cpu_causal_conv1d", _CONV_PARAMS, _INT)
+        self.bimamba_conv1d = _Entry(lib, "sl_cpu_bimamba_conv1d", _BIMAMBA_CONV_PARAMS, _INT)
         self.selective_scan = _Entry(lib, "sl_cpu_selective_scan", _SCAN_PARAMS, _INT)
         self.exp_poly = _Entry(lib, "sl_cpu_exp_poly", _EXP_POLY_PARAMS, None)
         self.exp2_decay = _Entry(lib, "sl_cpu_exp2_decay", _EXP_POLY_PARAMS, None)
         self.channel_sums = _Entry(lib, "sl_cpu_channel_sums", _CHANNEL_SUMS_PARAMS, None)
         self.affine_prelu = _Entry(lib, "sl_cpu_affine_prelu", _AFFINE_PRELU_PARAMS, None)
+        self.conv2d = _Entry(lib, "sl_cpu_conv2d", _CONV2D_PARAMS, _INT)
         self._isa = _Entry(lib, "sl_cpu_isa", (("requested", _INT),), _INT)
 
     def isa(self, requested: int = -1) -> int:

@@ -72,17 +72,22 @@ def cpu_conv(lib: CpuLibrary, x, weight, bias, silu: bool = False) -> mx.array:
 
 
 def cpu_bimamba_conv(lib: CpuLibrary, x, weight, bias) -> mx.array:
-    """Both directions' SiLU(conv) (dispatch.bimamba_conv) -> [2, B, L, D]: the backward one
-    reads and writes through time-reversed views, so nothing is flipped or copied."""
+    """Both directions' SiLU(conv) (dispatch.bimamba_conv) -> [2, B, L, D] in one pass over
+    x's rows: the backward direction runs anti-causally in place, so nothing is flipped or
+    copied."""
     batch, length, width = x.shape
     channels = width // 2
     out, ov = _fresh((2, batch, length, channels), x, weight, bias)
-    xv = _view(x)
-    wv = np.ascontiguousarray(_view(weight)).reshape(2, channels, CONV_WIDTH)
-    bv = np.ascontiguousarray(_view(bias))
-    for k in (0, 1):
-        x_k = in_time_order(xv[..., k * channels:(k + 1) * channels], k)
-        _conv_into(lib, x_k, wv[k], bv[k], in_time_order(ov[k], k), silu=True)
+    xv = _unit_last(_view(x))
+    wv = _view(weight).reshape(2, channels, CONV_WIDTH)
+    bv = _view(bias)
+    rc = lib.bimamba_conv1d(
+        x=xv.ctypes.data, x_strides=_strides(xv), weight=wv.ctypes.data,
+        weight_strides=_strides(wv), bias=bv.ctypes.data, bias_strides=_strides(bv),
+        out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
+        channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=-1)
+    if rc != 0:
+        raise RuntimeError(f"sl_cpu_bimamba_conv1d returned {rc}")
     return _result(out, ov)
 
 
@@ -195,6 +200,44 @@ def instance_norm_prelu(tiles: list[mx.array], weight: mx.array, bias: mx.array,
                              channels=channels, mean=mean.ctypes.data, scale=scale.ctypes.data,
                              bias=bias_v.ctypes.data, slope=slope_v.ctypes.data, threads=threads)
     return [out if out is not None else mx.array(ov) for out, ov in outs]
+
+
+def cpu_conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,
+               dilation, isa: int = -1) -> mx.array | None:
+    """A stride-1 NHWC convolution of the channel concatenation of `planes` (each [B, T, F, C_p]),
+    weight [O, kh, kw, sum C_p] (MLX layout), bias [O] or None, zero padding (pt, pf), dilation
+    (dt, df), by the CPU library: read straight from the planes, so neither the concatenation
+    nor any padded or tap copy is made. None where the library is unavailable or cannot take
+    the arguments (O not a multiple of 8)."""
+    lib = cpu_library()
+    out_channels, kh, kw, in_channels = weight.shape
+    shapes = {p.shape[:3] for p in planes}
+    if (lib is None or out_channels % 8 or len(shapes) != 1
+            or sum(p.shape[3] for p in planes) != in_channels
+            or any(a.dtype != mx.float32 for a in (*planes, weight))):
+        return None
+    (batch, height, width), = shapes
+    (ph, pw), (dh, dw) = padding, dilation
+    out_shape = (batch, height + 2 * ph - dh * (kh - 1), width + 2 * pw - dw * (kw - 1),
+                 out_channels)
+    if out_shape[1] <= 0 or out_shape[2] <= 0:
+        return None
+    taps_last = mx.contiguous(mx.transpose(weight, (1, 2, 3, 0)))  # [kh, kw, I, O]
+    extra = () if bias is None else (bias,)
+    out, ov = _fresh(out_shape, taps_last, *planes, *extra)
+    views = [np.ascontiguousarray(_view(p)) for p in planes]
+    pointers = (ctypes.c_void_p * len(views))(*(v.ctypes.data for v in views))
+    channels = (ctypes.c_int64 * len(views))(*(v.shape[3] for v in views))
+    bias_v = None if bias is None else np.ascontiguousarray(_view(bias), dtype=np.float32)
+    rc = lib.conv2d(planes=pointers, plane_channels=channels, nplanes=len(views),
+                    weight=_view(taps_last).ctypes.data,
+                    bias=None if bias_v is None else bias_v.ctypes.data, out=ov.ctypes.data,
+                    batch=batch, height=height, width=width, out_channels=out_channels,
+                    kernel_height=kh, kernel_width=kw, pad_height=ph, pad_width=pw,
+                    dilation_height=dh, dilation_width=dw, threads=cpu_threads(), isa=isa)
+    if rc != 0:
+        raise RuntimeError(f"sl_cpu_conv2d returned {rc}")
+    return _result(out, ov)
 
 
 def cpu_exp_poly(x: np.ndarray, isa: int = -1) -> np.ndarray:

@@ -18,7 +18,14 @@ from .contract import (
     validate_scan,
 )
 from .cpu_binding import cpu_library, cpu_threads
-from .cpu_ops import cpu_bimamba_conv, cpu_bimamba_scan, cpu_conv, cpu_scan, fusable_dt_proj
+from .cpu_ops import (
+    cpu_bimamba_conv,
+    cpu_bimamba_scan,
+    cpu_conv,
+    cpu_conv2d,
+    cpu_scan,
+    fusable_dt_proj,
+)
 from .fallback import conv1d_fallback, selective_scan_ops, two_direction_delta_raw
 from .gpu import (
     CUDA_MAX_DT_RANK,
@@ -215,6 +222,16 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
     for a, w in rest:
         out = mx.addmm(out, a, w)
     return out
+
+
+def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,
+           dilation) -> mx.array | None:
+    """A stride-1 NHWC conv of the channel concatenation of `planes` (weight [O, kh, kw, I]),
+    run by the CPU library straight from the planes; None where it does not run (a GPU, no
+    CPU library, shapes it does not take): the caller then runs its matmul form."""
+    if backend() != "cpu":
+        return None
+    return cpu_conv2d(planes, weight, bias, padding, dilation)
 
 
 _packed_probed: dict[int, bool] = {}

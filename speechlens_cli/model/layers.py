@@ -66,11 +66,29 @@ class Conv2d(nn.Conv2d):
     workspace ran an H200 out of memory at 5-s windows (measured); the matmul form ran at the
     same speed. With TF32 on, GPUs keep mx.conv2d.
 
+    On the CPU a stride-1 conv runs in the CPU library, read straight from its input
+    (`direct`): 3-4x faster than the matmuls, which copy the input once per kernel column.
+
     `pad_time=False` leaves out the time padding: the caller passes a time tile that already
     carries its neighbouring rows (DenseBlock).
     """
 
+    def direct(self, planes: list[mx.array]) -> mx.array | None:
+        """The conv of the channel concatenation of `planes` without building it, where the
+        backend has such a kernel (the CPU library); None elsewhere."""
+        return self._direct(planes)
+
+    def _direct(self, planes: list[mx.array]) -> mx.array | None:
+        if _pair(self.stride) != (1, 1):
+            return None
+        return kernels.conv2d(planes, self.weight, self.get("bias"), _pair(self.padding),
+                              _pair(self.dilation))
+
     def __call__(self, x: mx.array, pad_time: bool = True) -> mx.array:
+        if pad_time:
+            y = self._direct([x])
+            if y is not None:
+                return y
         padding = self.padding if pad_time else (0, self.padding[1])
         if mx.default_device() != mx.cpu and _tf32_enabled():
             y = mx.conv2d(x, self.weight, self.stride, padding, self.dilation)
@@ -155,9 +173,10 @@ def run_sequence(layers: list[nn.Module], x: mx.array) -> mx.array:
 class DenseBlock(nn.Module):
     """Four 3x3 CNA layers with time dilation 1, 2, 4, 8; each reads all earlier outputs.
 
-    Each layer runs in time tiles (with `dilation` rows of context on each side) and reads the
-    earlier outputs as separate planes, so memory grows by one plane per layer instead of by
-    the concatenation and its taps; InstanceNorm takes its statistics over all tiles.
+    Each layer reads the earlier outputs as separate planes, so memory grows by one plane per
+    layer instead of by the concatenation and its taps. Where the conv has no direct kernel
+    (GPUs), it runs in time tiles (with `dilation` rows of context on each side) and
+    InstanceNorm takes its statistics over all tiles.
     """
 
     def __init__(self, channels: int, depth: int = 4):
@@ -171,6 +190,10 @@ class DenseBlock(nn.Module):
     def __call__(self, x: mx.array) -> mx.array:
         planes = [x]  # the conv input order: newest output first, x last
         for conv, norm, act in self.dense_block:
+            whole = conv.direct(planes)  # no concatenation or taps to bound: one tile
+            if whole is not None:
+                planes.insert(0, norm([whole], act=act)[0])
+                continue
             halo = conv.dilation[0] * (conv.weight.shape[1] // 2)
             in_channels = sum(plane.shape[-1] for plane in planes)
             width = x.shape[2]
