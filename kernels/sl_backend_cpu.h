@@ -43,13 +43,17 @@ typedef int32_t vi4 __attribute__((vector_size(16)));
 typedef int32_t vi8 __attribute__((vector_size(32)));
 typedef int32_t vi16 __attribute__((vector_size(64)));
 typedef int32_t vi32 __attribute__((vector_size(128)));
+typedef uint32_t vu4 __attribute__((vector_size(16)));
+typedef uint32_t vu8 __attribute__((vector_size(32)));
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+typedef uint32_t vu32 __attribute__((vector_size(128)));
 
 template <typename V> struct traits;
-template <> struct traits<float> { typedef int32_t I; static const int lanes = 1; };
-template <> struct traits<vf4> { typedef vi4 I; static const int lanes = 4; };
-template <> struct traits<vf8> { typedef vi8 I; static const int lanes = 8; };
-template <> struct traits<vf16> { typedef vi16 I; static const int lanes = 16; };
-template <> struct traits<vf32> { typedef vi32 I; static const int lanes = 32; };
+template <> struct traits<float> { typedef int32_t I; typedef uint32_t U; static const int lanes = 1; };
+template <> struct traits<vf4> { typedef vi4 I; typedef vu4 U; static const int lanes = 4; };
+template <> struct traits<vf8> { typedef vi8 I; typedef vu8 U; static const int lanes = 8; };
+template <> struct traits<vf16> { typedef vi16 I; typedef vu16 U; static const int lanes = 16; };
+template <> struct traits<vf32> { typedef vi32 I; typedef vu32 U; static const int lanes = 32; };
 
 // Filled through a float array: GCC 12 compiles this to one broadcast inside the ISA entry
 // points. A braced list or a lane loop on the vector is built for the baseline ISA before it
@@ -86,6 +90,27 @@ template <typename I> SL_FN auto as_float(I i) {
   typedef float F __attribute__((vector_size(sizeof(I))));
   return (F)i;
 }
+template <typename V> SL_FN typename traits<V>::U as_uint(V x) {
+  typename traits<V>::U u;
+  std::memcpy(&u, &x, sizeof(V));
+  return u;
+}
+template <typename V> SL_FN V from_uint(typename traits<V>::U u) {
+  V x;
+  std::memcpy(&x, &u, sizeof(V));
+  return x;
+}
+
+// max(x, c) for a constant c < 0 in one unsigned integer min on the bits: as unsigned
+// integers, negative floats order by magnitude and every non-negative float (+0 included) lies
+// below them, so x >= c (and x >= 0) is kept and x < c, -inf and negative NaNs become c;
+// a positive NaN stays NaN. (GCC compiles the `?:` float max to a compare and a blend, both on
+// the FMA ports of AMD Zen, and cannot inline an ISA intrinsic into these templates.)
+template <typename V> SL_FN V max_negative(V x, float c) {
+  const auto bits = as_uint(x), limit = as_uint(splat<V>(c));
+  return from_uint<V>(bits < limit ? bits : limit);
+}
+
 SL_FN int32_t to_int(float x) { return (int32_t)x; }  // x integral
 template <typename V> SL_FN typename traits<V>::I to_int(V x) {
   return __builtin_convertvector(x, typename traits<V>::I);
@@ -172,11 +197,17 @@ template <typename V> SL_FN V log1p_pos(V x) {
   return select(above, log_pos(u) * (x / d), x);
 }
 
-// 2^k * 2^f from `shifted` = k + 1.5*2^23 + 127 (k + 127 in [0, 254] in its low mantissa bits,
-// so a shift builds the scale 2^k with no float-to-int conversion) and f in [-1/2, 1/2]:
-// 2^f = 1 + f*q(f), q a degree-4 fit of (2^f - 1)/f minimizing the relative error of 2^f
-// (float32 max relative error 1.6e-7 with FMA, 1.8e-7 without, exactly 1 at f = 0, so slowly
-// decaying states do not drift). k = -127 builds +0.
+// The add that rounds y (|y| < 2^22) to k = rint(y) and leaves k, two's complement, in the
+// low mantissa bits (exp2_parts), with no float-to-int conversion.
+constexpr float kExp2Shift = 12582912.0f;  // 1.5 * 2^23
+template <typename V> SL_FN V exp2_shifted(V y) { return y + splat<V>(kExp2Shift); }
+
+// 2^k * 2^f from `shifted` = exp2_shifted(k) and f in [-1/2, 1/2]: 2^f = 1 + f*q(f), q a
+// degree-4 fit of (2^f - 1)/f minimizing the relative error of 2^f (float32 max relative error
+// 1.6e-7 with FMA, 1.8e-7 without, exactly 1 at f = 0, so slowly decaying states do not drift),
+// then k added to its exponent field: an integer add instead of a multiply by 2^k, one
+// operation fewer on the FMA ports. Exact while the result stays normal: callers keep
+// |k| <= 125.
 template <typename V> SL_FN V exp2_parts(V shifted, V f) {
   V q = splat<V>(1.326472964e-03f);
   q = q * f + splat<V>(9.671512991e-03f);
@@ -184,35 +215,27 @@ template <typename V> SL_FN V exp2_parts(V shifted, V f) {
   q = q * f + splat<V>(2.402224541e-01f);
   q = q * f + splat<V>(6.931470037e-01f);
   const V p = q * f + splat<V>(1.0f);
-  // the mask keeps the shift inside int32 (defined behaviour)
-  return p * as_float((as_int(shifted) & 0xff) << 23);
+  return from_uint<V>(as_uint(p) + (as_uint(shifted) << 23));
 }
 
-// The add that rounds y to k and leaves k + 127 in the low mantissa bits (exp2_parts).
-constexpr float kExp2Shift = 12583039.0f;  // 1.5 * 2^23 + 127
-template <typename V> SL_FN V exp2_shifted(V y) { return y + splat<V>(kExp2Shift); }
-
-// 2^y for y already clamped into [-127, 127].
-template <typename V> SL_FN V exp2_clamped(V yc) {
+// 2^y for y <= 0 (the decay, with A pre-scaled by log2 e once per thread): y is clamped at
+// -125, so y <= -125 and -inf give 2^-125 (2.4e-38, nothing against the state's input term);
+// a NaN gives a NaN (it is in the step's other terms too); no range fixes above 0.
+template <typename V> SL_FN V exp2_nonpos(V y) {
+  const V yc = max_negative(y, -125.0f);
   const V shifted = exp2_shifted(yc);
   return exp2_parts(shifted, yc - (shifted - splat<V>(kExp2Shift)));
 }
 
-// 2^y for y <= 0 (the decay, with A pre-scaled by log2 e once per thread); y <= -127 (also
-// -inf, NaN) gives +0; no range fixes above 0.
-template <typename V> SL_FN V exp2_nonpos(V y) {
-  return exp2_clamped(select(y > splat<V>(-127.0f), y, splat<V>(-127.0f)));
-}
-
-// SiLU(z) = z / (1 + e^-z) by exp2_clamped: z is clamped into [-87, 87] for the exponential
-// only (beyond, SiLU is z or below 1e-36 in magnitude), k = rint(-z log2 e), and the reduced
+// SiLU(z) = z / (1 + e^-z) by exp2_parts: z is clamped into [-86, 86] for the exponential only
+// (beyond, SiLU is z or below 1e-35 in magnitude), k = rint(-z log2 e), and the reduced
 // argument is formed Cody-Waite style, -z - k ln2 in two parts, before it is scaled to the
 // base-2 fraction f (a rounded -z log2 e would cost up to 4e-6 relative at |z| = 60). Max
 // relative error about 2e-7; a NaN z stays NaN. About half the operations of exp_any with its
 // range and NaN fixes, whose SiLU took most of the conv's time.
 template <typename V> SL_FN V silu_exp2(V z) {
-  const V zc = select(z > splat<V>(-87.0f), select(z < splat<V>(87.0f), z, splat<V>(87.0f)),
-                      splat<V>(-87.0f));
+  const V zc = select(z > splat<V>(-86.0f), select(z < splat<V>(86.0f), z, splat<V>(86.0f)),
+                      splat<V>(-86.0f));
   const V shifted = exp2_shifted(zc * splat<V>(-1.44269504f));
   const V k = shifted - splat<V>(kExp2Shift);
   V r = -zc - k * splat<V>(0.693145751953125f);

@@ -21,6 +21,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
+from . import kernels
 from .audio import AudioInfo, OutputFormat, open_reader, open_sink, read_block
 from .errors import AudioInputError, EnhancementError, UsageError
 from .model.config import ModelConfig
@@ -34,11 +35,19 @@ DEFAULT_DEVICE = "auto"
 #: Freed MLX buffers kept for reuse. Windows all have one length, so a small pool is enough.
 CACHE_LIMIT_BYTES = 256 * 1024 * 1024
 
-#: What a window costs while the model runs: MLX's peak (CPU, mx.get_peak_memory) grew by 4.8 to
-#: 6.2 times frames x bins x channels x 4 bytes above about 80 MiB (tiny and full-size configs,
-#: 0.5-2 s at 8 and 16 kHz); 8 times and 128 MiB leave room.
+#: What a window costs while the model runs: MLX's peak (CPU, mx.get_peak_memory) grows by 6.1
+#: to 7.5 times frames x bins x channels x 4 bytes (tiny and full-size configs, 0.5-2 s at 8 and
+#: 16 kHz) above the weights, which the model holds twice (the checkpoint's and the
+#: two-direction copies its BiMambas derive, ~68 d^2 floats per TF block each: 72 MiB measured
+#: for the full-size model). 8 times the cells, the weights and 16 MiB leave room where the
+#: CPU library's direct convolutions run; elsewhere the dense layers' time tiles (inputs and
+#: taps) come on top, which 128 MiB covered (measured before the direct convolutions).
 _BYTES_PER_CELL = 8 * 4
-_FIXED_BYTES = 128 << 20
+_FIXED_BYTES = {"direct": 16 << 20, "tiled": 128 << 20}
+
+
+def _weight_bytes(cfg: ModelConfig) -> int:
+    return 2 * 68 * cfg.hid_feature ** 2 * cfg.num_tfmamba * 4
 
 WindowFn = Callable[[np.ndarray], np.ndarray]
 ProgressFn = Callable[[int], None]
@@ -90,7 +99,9 @@ def window_bytes(cfg: ModelConfig, samples: int, sample_rate: int) -> int:
     """About the most memory the model takes for one channel of a window of `samples`."""
     stft = cfg.stft_params(sample_rate)
     frames = samples // stft.hop + 1
-    return _FIXED_BYTES + _BYTES_PER_CELL * frames * stft.n_bins * cfg.hid_feature
+    direct = kernels.backend() == "cpu" and kernels.cpu_library() is not None
+    return (_FIXED_BYTES["direct" if direct else "tiled"] + _weight_bytes(cfg)
+            + _BYTES_PER_CELL * frames * stft.n_bins * cfg.hid_feature)
 
 
 def available_bytes() -> int | None:

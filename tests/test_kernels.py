@@ -466,20 +466,22 @@ EXP2_DECAY_RTOL = 2e-7
 @pytest.mark.parametrize("isa", [0, *sorted(ISA_NAMES)])
 def test_exp2_decay_accuracy_and_cutoff(isa):
     """The standard-mode scan decay 2^x (x <= 0), each ISA build: max relative error over a
-    dense grid where the result is a normal float, exactly 1 at 0, 0 from -127 down (and for
-    -inf and NaN), never above 1."""
+    dense grid where the result is a normal float, exactly 1 at 0, 2^-125 from -125 down (and
+    for -inf), never above 1; a NaN stays NaN."""
     lib = kernels.cpu_library()
     if isa and lib.isa(isa) != isa:
         pytest.skip(f"this CPU has no {ISA_NAMES[isa]} (best here: {lib.isa_name()})")
-    x = np.concatenate([np.linspace(-126.0, 0.0, 2_000_001), -np.geomspace(1e-30, 1.0, 10_001)])
+    x = np.concatenate([np.linspace(-125.0, 0.0, 2_000_001), -np.geomspace(1e-30, 1.0, 10_001)])
     x = x.astype(np.float32)
     y = kernels.cpu_exp2_decay(x, isa=isa)
     rel = np.abs(y.astype(np.float64) / np.exp2(x.astype(np.float64)) - 1.0)
     assert rel.max() <= EXP2_DECAY_RTOL, rel.max()
     assert np.all(y <= 1.0)
     assert np.all(kernels.cpu_exp2_decay(np.float32([0.0, -0.0]), isa=isa) == 1.0)
-    below = np.float32([-127.0, -200.0, -1e30, -np.inf, np.nan])
-    assert np.array_equal(kernels.cpu_exp2_decay(below, isa=isa), np.zeros(5, np.float32))
+    below = np.float32([-125.0, -127.0, -200.0, -1e30, -np.inf])
+    assert np.array_equal(kernels.cpu_exp2_decay(below, isa=isa),
+                          np.full(5, 2.0**-125, np.float32))
+    assert np.isnan(kernels.cpu_exp2_decay(np.float32([np.nan]), isa=isa)).all()
 
 
 @needs_cpu_library
