@@ -13,6 +13,7 @@
 #include "sl_backend_cpu.h"
 #include "sl_conv2d_cpu.h"
 #include "sl_mamba.h"
+#include "sl_project_cpu.h"
 
 #include <algorithm>
 #include <cstdlib>
@@ -20,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#define SL_CPU_ABI_VERSION 4
+#define SL_CPU_ABI_VERSION 5
 #ifndef SL_SOURCE_HASH
 #define SL_SOURCE_HASH "unknown"  // setup.py and the run-time compile pass the hash of the sources
 #endif
@@ -352,14 +353,27 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
     map_n<V>(x, y, n, Exp2Decay());                                                           \
   }
 
-// The direct 2-D convolution's register tile per ISA: NV vectors of output channels x 6 pixels
-// (AVX-512: 24 accumulators of 32 registers; AVX2 and the baseline: 12 of 16).
-#define SL_DEFINE_CONV2D(SUFFIX, TARGET, V, NV)                                               \
-  constexpr int64_t kConv2dBlock_##SUFFIX = NV * sl_cpu::traits<V>::lanes;                    \
+// The register tiles (sl_tile_cpu.h) per ISA: NV vectors of columns x P rows. AVX2: 4 x 3 for
+// the convs and the projections whose columns fill 32-wide blocks, 2 x 6 for the others (x_proj's
+// 36 columns: 48 computed instead of 64). On an AMD EPYC (Zen 3), 2 threads, alternating builds,
+// 4 x 3 ran a four-plane dense layer at 124-140 GFLOP/s (2 x 6: 75-129) and in_proj at 95-115
+// (83-104); x_proj ran at 61-74 with 2 x 6 (4 x 3: 52-56); 1 x 12, 2 x 5, 3 x 4 and 4 x 2 were
+// slower. AVX-512 (not compared here): 4 x 6, 24 accumulators of 32 registers; baseline 2 x 6.
+#define SL_DEFINE_TILES(SUFFIX, TARGET, V, NV, P, NARROW_NV, NARROW_P)                          \
+  constexpr int64_t kTileColumns_##SUFFIX = NV * sl_cpu::traits<V>::lanes;                    \
+  constexpr int kTileRows_##SUFFIX = P;                                                       \
+  constexpr int64_t kNarrowColumns_##SUFFIX = NARROW_NV * sl_cpu::traits<V>::lanes;           \
+  constexpr int kNarrowRows_##SUFFIX = NARROW_P;                                              \
   TARGET SL_CONTRACT_DEFAULT static void conv2d_##SUFFIX(const sl_conv2d::Args& a, int64_t b, \
                                                          int64_t e) {                         \
-    sl_conv2d::rows<V, NV, 6>(a, b, e);                                                       \
-  }
+    sl_conv2d::rows<V, NV, P>(a, b, e);                                                       \
+  }                                                                                           \
+  TARGET SL_CONTRACT_DEFAULT static void project_##SUFFIX(                                    \
+      const sl_project::Args& a, int64_t b, int64_t e, float* scratch, bool narrow) {         \
+    if (narrow) return sl_project::row_blocks<V, NARROW_NV, NARROW_P>(a, b, e, scratch);      \
+    sl_project::row_blocks<V, NV, P>(a, b, e, scratch);                                       \
+  }                                                                                           \
+  static_assert(true, "")
 
 // Thread order (the GPU's walk, kept for tests and comparison): baseline ISA only.
 SL_CONTRACT_DEFAULT static void scan_threads_std(const ScanArgs& a, int64_t b, int64_t e) {
@@ -372,13 +386,13 @@ static void scan_threads_strict(const ScanArgs& a, int64_t b, int64_t e) {
 #define SL_TARGET_AVX2 __attribute__((target("avx2,fma")))
 #define SL_TARGET_AVX512 __attribute__((target("avx512f,avx512dq,avx512vl,avx512bw,avx2,fma")))
 SL_DEFINE_ISA(generic, , vf4)
-SL_DEFINE_CONV2D(generic, , vf4, 2)
+SL_DEFINE_TILES(generic, , vf4, 2, 6, 2, 6);
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define SL_HAVE_X86_ISAS 1
 SL_DEFINE_ISA(avx2, SL_TARGET_AVX2, vf8)
 SL_DEFINE_ISA(avx512, SL_TARGET_AVX512, vf16)
-SL_DEFINE_CONV2D(avx2, SL_TARGET_AVX2, vf8, 2)
-SL_DEFINE_CONV2D(avx512, SL_TARGET_AVX512, vf16, 4)
+SL_DEFINE_TILES(avx2, SL_TARGET_AVX2, vf8, 4, 3, 2, 6);
+SL_DEFINE_TILES(avx512, SL_TARGET_AVX512, vf16, 4, 6, 4, 6);
 #endif
 
 int best_isa() {
@@ -602,7 +616,7 @@ __attribute__((visibility("default"))) int sl_cpu_conv2d(
     int64_t out_channels, int64_t kh, int64_t kw, int64_t ph, int64_t pw, int64_t dh,
     int64_t dw, int nthreads, int isa) {
   if (nplanes <= 0 || kh <= 0 || kw <= 0 || dh <= 0 || dw <= 0 || ph < 0 || pw < 0) return -1;
-  if (out_channels <= 0 || out_channels % kConv2dBlock_generic != 0) return -2;
+  if (out_channels <= 0 || out_channels % kTileColumns_generic != 0) return -2;
   int64_t widest = 0;
   for (int64_t p = 0; p < nplanes; ++p) {
     if (channels[p] <= 0) return -1;
@@ -617,8 +631,8 @@ __attribute__((visibility("default"))) int sl_cpu_conv2d(
                           zeros.data()};
   isa = resolve_isa(isa);
 #ifdef SL_HAVE_X86_ISAS
-  if (isa == ISA_AVX512 && out_channels % kConv2dBlock_avx512 != 0) isa = ISA_AVX2;
-  if (isa == ISA_AVX2 && out_channels % kConv2dBlock_avx2 != 0) isa = ISA_GENERIC;
+  if (isa == ISA_AVX512 && out_channels % kTileColumns_avx512 != 0) isa = ISA_AVX2;
+  if (isa == ISA_AVX2 && out_channels % kTileColumns_avx2 != 0) isa = ISA_GENERIC;
 #endif
   parallel_for(nb * out_height, nthreads, [&a, isa](int64_t b, int64_t e) {
 #ifdef SL_HAVE_X86_ISAS
@@ -627,6 +641,72 @@ __attribute__((visibility("default"))) int sl_cpu_conv2d(
 #endif
     conv2d_generic(a, b, e);
   });
+  return 0;
+}
+
+// out = a0 @ w0 (+ a1 @ w1) (+ bias) for nb batches of `rows` rows (sl_project_cpu.h). Strides
+// in elements: a (batch, row) with unit column stride, w (batch, k, column), out (batch, row)
+// with unit column stride, bias one stride; a1/w1 null for one term, bias null for none.
+// Returns 0, or a negative code for arguments it cannot handle.
+__attribute__((visibility("default"))) int sl_cpu_project(
+    const float* a0, const int64_t* sa0, int64_t k0, const float* w0, const int64_t* sw0,
+    const float* a1, const int64_t* sa1, int64_t k1, const float* w1, const int64_t* sw1,
+    const float* bias, int64_t sbias, float* out, const int64_t* so, int64_t nb, int64_t rows,
+    int64_t n, int nthreads, int isa) {
+  if (k0 <= 0 || n <= 0 || (a1 != nullptr && k1 <= 0)) return -1;
+  if (nb <= 0 || rows <= 0) return 0;
+  isa = resolve_isa(isa);
+  int64_t ob = kTileColumns_generic;
+  int P = kTileRows_generic;
+  bool narrow = false;
+  auto pick = [&](int64_t wide, int wide_rows, int64_t thin, int thin_rows) {
+    narrow = n % wide != 0 && thin < wide;  // a partial wide block would compute too much
+    ob = narrow ? thin : wide;
+    P = narrow ? thin_rows : wide_rows;
+  };
+#ifdef SL_HAVE_X86_ISAS
+  if (isa == ISA_AVX512) {
+    pick(kTileColumns_avx512, kTileRows_avx512, kNarrowColumns_avx512, kNarrowRows_avx512);
+  } else if (isa == ISA_AVX2) {
+    pick(kTileColumns_avx2, kTileRows_avx2, kNarrowColumns_avx2, kNarrowRows_avx2);
+  } else
+#endif
+  {
+    pick(kTileColumns_generic, kTileRows_generic, kNarrowColumns_generic, kNarrowRows_generic);
+  }
+  const int64_t blocks = (rows + P - 1) / P, column_blocks = (n + ob - 1) / ob;
+  std::vector<float> start((size_t)(column_blocks * ob), 0.0f);  // the bias, or zeros
+  for (int64_t j = 0; bias != nullptr && j < n; ++j) start[j] = bias[j * sbias];
+  const int nterms = a1 != nullptr ? 2 : 1;
+  const float* as[2] = {a0, a1};
+  const int64_t* sas[2] = {sa0, sa1};
+  const float* ws[2] = {w0, w1};
+  const int64_t* sws[2] = {sw0, sw1};
+  const int64_t ks[2] = {k0, k1};
+  std::vector<float> panels[2];
+  for (int t = 0; t < nterms; ++t) panels[t].resize((size_t)(column_blocks * ks[t] * ob));
+  for (int64_t b = 0; b < nb; ++b) {
+    sl_project::Args a{};
+    a.nterms = nterms;
+    for (int t = 0; t < nterms; ++t) {
+      sl_project::pack(ws[t] + b * sws[t][0], sws[t][1], sws[t][2], ks[t], n, ob,
+                       panels[t].data());
+      a.terms[t] = sl_project::Term{as[t] + b * sas[t][0], sas[t][1], ks[t], panels[t].data()};
+    }
+    a.start = start.data();
+    a.out = out + b * so[0];
+    a.ldo = so[1];
+    a.rows = rows;
+    a.n = n;
+    parallel_for(blocks, nthreads, [&a, isa, P, ob, narrow](int64_t begin, int64_t end) {
+      std::vector<float> scratch((size_t)(P * ob));
+#ifdef SL_HAVE_X86_ISAS
+      if (isa == ISA_AVX512) return project_avx512(a, begin, end, scratch.data(), narrow);
+      if (isa == ISA_AVX2) return project_avx2(a, begin, end, scratch.data(), narrow);
+#endif
+      project_generic(a, begin, end, scratch.data(), narrow);
+    });
+  }
   return 0;
 }
 

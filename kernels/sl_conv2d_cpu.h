@@ -7,8 +7,8 @@
 // out-of-range pixel reads a zero row) and the weights of one (tap, plane) pair stay in L1.
 //
 // Work unit = one output row (batch item, time step). Within it, for every tap and plane, a
-// register tile of P adjacent pixels x NV vectors of output channels accumulates over the
-// plane's channels; the tile is loaded from and stored to the output row, which stays in cache.
+// register tile (sl_tile_cpu.h) of P adjacent pixels x NV vectors of output channels sums the
+// plane's channels into the output row, which stays in cache.
 // Each output sums bias, then (tap row, tap column, plane, channel) in that order, whatever the
 // thread count, so results are reproducible.
 #ifndef SL_CONV2D_CPU_H
@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "sl_backend_cpu.h"
+#include "sl_tile_cpu.h"
 
 namespace sl_conv2d {
 
@@ -33,45 +34,6 @@ struct Args {
   int64_t kh, kw, ph, pw, dh, dw;
   const float* zeros;  // max(channels) zeros: the row an out-of-range pixel reads
 };
-
-// o[q][v] += sum over c < C of x[q][c] * w[c][v], for P pixels and NV vectors of W output
-// channels (`o`: the pixels' output rows, stride O floats). The sum starts from zero in
-// registers and is added to `o` once: float32 error then grows with C plus the number of
-// (tap, plane) blocks, not with their product (at 3 x 3 x 192 inputs the largest error fell
-// from 1.5e-6 to 2.0e-7 of the largest output, below BLAS's 3.3e-7). Pixels from `valid` on are padding of the last tile: never stored.
-template <typename V, int NV, int P>
-SL_FN void tile(const float* const* x, int64_t C, const float* w, int64_t O, float* o,
-                int valid) {
-  constexpr int W = sl_cpu::traits<V>::lanes;
-  V acc[P][NV];
-  SL_UNROLL
-  for (int q = 0; q < P; ++q) {
-    SL_UNROLL
-    for (int v = 0; v < NV; ++v) {
-      acc[q][v] = SL_SPLAT(V, 0.0f);
-    }
-  }
-  for (int64_t c = 0; c < C; ++c) {
-    V wv[NV];
-    SL_UNROLL
-    for (int v = 0; v < NV; ++v) wv[v] = SL_LOAD(V, w + c * O + v * W);
-    SL_UNROLL
-    for (int q = 0; q < P; ++q) {
-      const V xq = SL_SPLAT(V, x[q][c]);
-      SL_UNROLL
-      for (int v = 0; v < NV; ++v) acc[q][v] = acc[q][v] + xq * wv[v];
-    }
-  }
-  SL_UNROLL
-  for (int q = 0; q < P; ++q) {
-    if (q < valid) {
-      SL_UNROLL
-      for (int v = 0; v < NV; ++v) {
-        SL_STORE(o + q * O + v * W, SL_LOAD(V, o + q * O + v * W) + acc[q][v]);
-      }
-    }
-  }
-}
 
 template <typename V, int NV, int P>
 SL_FN void rows(const Args& a, int64_t begin, int64_t end) {
@@ -104,7 +66,7 @@ SL_FN void rows(const Args& a, int64_t begin, int64_t end) {
             }
             const int valid = (int)std::min<int64_t>(P, a.out_width - f0);
             for (int64_t ob = 0; ob < O; ob += OB) {
-              tile<V, NV, P>(x, C, w + ob, O, orow + f0 * O + ob, valid);
+              sl_tile::tile<V, NV, P>(x, C, w + ob, O, orow + f0 * O + ob, O, valid);
             }
           }
           first_channel += C;

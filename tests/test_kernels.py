@@ -551,7 +551,8 @@ RTOL_PROJECT = 2e-6  # relative RMS vs float64: float32 accuracy (TF32 alone is 
 ])
 @pytest.mark.parametrize("kernel", ["0", "1"])
 def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monkeypatch):
-    """On CUDA "1" runs the tensor-core kernel (cuda_projection.py); elsewhere both are MLX's."""
+    """On CUDA "1" runs the tensor-core kernel (cuda_projection.py), "0" MLX's matmul; on the
+    CPU both run the CPU library's projections."""
     monkeypatch.setenv("SPEECHLENS_CUDA_PROJECTION", kernel)
     rng = np.random.default_rng(sum(ks) + n)
     lead = (2,) if batched else ()
@@ -569,6 +570,45 @@ def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monke
         want = want + b
     assert out.shape == ((2, int(np.prod(rows_shape)), n) if batched else (*rows_shape, n))
     assert _rel_rms(out.reshape(want.shape), want) <= RTOL_PROJECT
+
+
+@needs_cpu_library
+@pytest.mark.parametrize("isa", [0, *sorted(ISA_NAMES)])
+@pytest.mark.parametrize("rows,ks,n,batch,bias", [
+    (29, (64,), 512, 0, False),  # in_proj; 29 rows: a partial last row tile
+    (70, (256,), 36, 2, False),  # x_proj, batched: 36 columns, a partial column block
+    (13, (64, 512), 64, 0, True),  # the merge: two terms and a bias
+    (1, (3,), 5, 0, True),  # one row, five columns
+])
+def test_cpu_project_matches_float64(isa, rows, ks, n, batch, bias):
+    """The CPU library's projections, each ISA build, with `a` read through a row stride wider
+    than K (a column slice, as the model's views are)."""
+    lib = kernels.cpu_library()
+    if isa and lib.isa(isa) != isa:
+        pytest.skip(f"this CPU has no {ISA_NAMES[isa]} (best here: {lib.isa_name()})")
+    rng = np.random.default_rng(rows + n)
+    lead = (batch,) if batch else ()
+    wide = [rng.standard_normal((*lead, rows, k + 3)).astype(np.float32) for k in ks]
+    w = [(rng.standard_normal((*lead, k, n)) / np.sqrt(k)).astype(np.float32) for k in ks]
+    b = rng.standard_normal(n).astype(np.float32) if bias else None
+    terms = [(mx.array(x)[..., :k], mx.array(y)) for x, y, k in zip(wide, w, ks, strict=True)]
+    out = np.array(cpu_ops.cpu_project(terms, None if b is None else mx.array(b), isa=isa))
+    want = sum(np.einsum("...rk,...kn->...rn", x[..., :k].astype(np.float64), y)
+               for x, y, k in zip(wide, w, ks, strict=True)) + (0.0 if b is None else b)
+    assert out.shape == want.shape
+    assert _rel_rms(out, want) <= RTOL_PROJECT
+
+
+@needs_cpu_library
+def test_cpu_project_is_the_same_on_one_and_two_threads(monkeypatch):
+    rng = np.random.default_rng(70)
+    terms = [(mx.array(rng.standard_normal((41, 64)).astype(np.float32)),
+              mx.array(rng.standard_normal((64, 48)).astype(np.float32)))]
+    runs = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv(kernels.CPU_THREADS_ENV, threads)
+        runs.append(np.array(kernels.project(terms)))
+    assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
 
 
 # ---- the CPU's direct 2-D convolution (encoder and decoders) ----

@@ -14,9 +14,10 @@ from pathlib import Path
 #: The library's C entry point (relative to the kernel source folder) and every file it includes;
 #: the hash over them is compiled in, so a library built from other sources is recognised.
 CPU_ENTRY = "cpu_kernels.cpp"
-CPU_SOURCES = (CPU_ENTRY, "sl_backend_cpu.h", "sl_conv2d_cpu.h", "sl_mamba.h")
+CPU_SOURCES = (CPU_ENTRY, "sl_backend_cpu.h", "sl_tile_cpu.h", "sl_conv2d_cpu.h",
+               "sl_project_cpu.h", "sl_mamba.h")
 #: Bumped together with SL_CPU_ABI_VERSION in cpu_kernels.cpp whenever an entry point changes.
-CPU_ABI_VERSION = 4
+CPU_ABI_VERSION = 5
 #: No -ffast-math, and no fused multiply-adds: the CPU results must match the other backends'.
 CPU_COMPILE_FLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-fPIC", "-fvisibility=hidden",
                      "-Wno-psabi", "-pthread")

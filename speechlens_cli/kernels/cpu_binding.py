@@ -64,6 +64,13 @@ _CONV2D_PARAMS = (
     ("dilation_width", _I64), ("threads", _INT), ("isa", _INT),
 )
 
+_PROJECT_PARAMS = (
+    ("a0", _VP), ("a0_strides", _I64P), ("k0", _I64), ("w0", _VP), ("w0_strides", _I64P),
+    ("a1", _VP), ("a1_strides", _I64P), ("k1", _I64), ("w1", _VP), ("w1_strides", _I64P),
+    ("bias", _VP), ("bias_stride", _I64), ("out", _VP), ("out_strides", _I64P),
+    ("batch", _I64), ("rows", _I64), ("columns", _I64), ("threads", _INT), ("isa", _INT),
+)
+
 
 class _Entry:
     """One C entry point, called with keyword arguments only (all of them, no others)."""
@@ -101,6 +108,7 @@ class CpuLibrary:
         self.channel_sums = _Entry(lib, "sl_cpu_channel_sums", _CHANNEL_SUMS_PARAMS, None)
         self.affine_prelu = _Entry(lib, "sl_cpu_affine_prelu", _AFFINE_PRELU_PARAMS, None)
         self.conv2d = _Entry(lib, "sl_cpu_conv2d", _CONV2D_PARAMS, _INT)
+        self.project = _Entry(lib, "sl_cpu_project", _PROJECT_PARAMS, _INT)
         self._isa = _Entry(lib, "sl_cpu_isa", (("requested", _INT),), _INT)
 
     def isa(self, requested: int = -1) -> int:

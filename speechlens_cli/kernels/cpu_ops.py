@@ -240,6 +240,49 @@ def cpu_conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, 
     return _result(out, ov)
 
 
+def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
+                isa: int = -1) -> mx.array | None:
+    """sum(a @ w for a, w in terms) + bias (dispatch.project's operands: one or two terms, w
+    [K, N] or [NB, K, N] with a [NB, ..., K]) by the CPU library's register tiles; None where
+    the library is unavailable or does not take the operands."""
+    lib = cpu_library()
+    if lib is None or not 1 <= len(terms) <= 2:
+        return None
+    arrays = [x for term in terms for x in term] + ([bias] if bias is not None else [])
+    if any(x.dtype != mx.float32 for x in arrays):
+        return None
+    n, batched = terms[0][1].shape[-1], terms[0][1].ndim == 3
+    nb = terms[0][1].shape[0] if batched else 1
+    lead = terms[0][0].shape[:-1]
+    for a, w in terms:
+        if (w.ndim != (3 if batched else 2) or w.shape[-1] != n or a.shape[:-1] != lead
+                or a.shape[-1] != w.shape[-2] or (batched and (w.shape[0] != nb or a.shape[0] != nb))):
+            return None
+    if bias is not None and bias.shape != (n,):
+        return None
+    rows = int(np.prod(lead[1:] if batched else lead, dtype=np.int64))
+    out, ov = _fresh((nb, rows, n), *arrays)
+    views = []
+    for a, w in terms:
+        av = _unit_last(_view(a)).reshape(nb, rows, a.shape[-1])
+        wv = _view(w).reshape(nb, *w.shape[-2:])
+        views.append((av, wv))
+    (a0, w0), (a1, w1) = views[0], views[-1]
+    two = len(views) == 2
+    bv = None if bias is None else _view(bias)
+    rc = lib.project(
+        a0=a0.ctypes.data, a0_strides=_strides(a0), k0=a0.shape[2], w0=w0.ctypes.data,
+        w0_strides=_strides(w0), a1=a1.ctypes.data if two else None,
+        a1_strides=_strides(a1), k1=a1.shape[2] if two else 0,
+        w1=w1.ctypes.data if two else None, w1_strides=_strides(w1),
+        bias=None if bv is None else bv.ctypes.data,
+        bias_stride=0 if bv is None else bv.strides[0] // 4, out=ov.ctypes.data,
+        out_strides=_strides(ov), batch=nb, rows=rows, columns=n, threads=cpu_threads(), isa=isa)
+    if rc != 0:
+        raise RuntimeError(f"sl_cpu_project returned {rc}")
+    return _result(out, ov).reshape(*lead, n)
+
+
 def cpu_exp_poly(x: np.ndarray, isa: int = -1) -> np.ndarray:
     """The strict-mode decay exponential of kernels/sl_mamba.h, run by the CPU library."""
     return _map(lambda lib: lib.exp_poly, x, isa)

@@ -23,6 +23,7 @@ from .cpu_ops import (
     cpu_bimamba_scan,
     cpu_conv,
     cpu_conv2d,
+    cpu_project,
     cpu_scan,
     fusable_dt_proj,
 )
@@ -210,11 +211,17 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
     """sum(a @ w for a, w in terms) + bias: the model's projections (one or two terms, weights
     [K, N], or [NB, K, N] for a batch of NB row sets a [NB, ..., K]).
 
-    MLX's matmul, the terms added in order; on CUDA with SPEECHLENS_CUDA_PROJECTION=1, one
-    kernel at float32 accuracy on the tensor cores (cuda_projection.py: opt-in, it measured
-    level with cuBLAS)."""
-    if backend() == "cuda" and cuda_projection.enabled():
+    On the CPU, the CPU library's register tiles (cpu_ops.cpu_project: 2-3x the BLAS at these
+    shapes); on CUDA with SPEECHLENS_CUDA_PROJECTION=1, one kernel at float32 accuracy on the
+    tensor cores (cuda_projection.py: opt-in, it measured level with cuBLAS); elsewhere MLX's
+    matmul, the terms added in order."""
+    which = backend()
+    if which == "cuda" and cuda_projection.enabled():
         y = cuda_projection.project(terms, bias)
+        if y is not None:
+            return y
+    if which == "cpu":
+        y = cpu_project(terms, bias)
         if y is not None:
             return y
     (a, w), rest = terms[0], terms[1:]
