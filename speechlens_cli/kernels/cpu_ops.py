@@ -254,9 +254,11 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     n, batched = terms[0][1].shape[-1], terms[0][1].ndim == 3
     nb = terms[0][1].shape[0] if batched else 1
     lead = terms[0][0].shape[:-1]
+    if batched and lead[:1] != (nb,):
+        return None
     for a, w in terms:
-        if (w.ndim != (3 if batched else 2) or w.shape[-1] != n or a.shape[:-1] != lead
-                or a.shape[-1] != w.shape[-2] or (batched and (w.shape[0] != nb or a.shape[0] != nb))):
+        if (w.shape[:-2] != terms[0][1].shape[:-2] or w.shape[-1] != n
+                or a.shape[:-1] != lead or a.shape[-1] != w.shape[-2]):
             return None
     if bias is not None and bias.shape != (n,):
         return None
