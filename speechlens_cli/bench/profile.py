@@ -79,7 +79,7 @@ class Profiler:
         elapsed = time.perf_counter() - t0
         nested = self._children.pop()
         self.total[label] += elapsed - nested
-        self.calls[label] += 1
+        self.calls[label] += out is not None  # a method that declines (None) is no call
         self.group[label] = group
         self._children[-1] += elapsed
         return out
@@ -154,7 +154,8 @@ FUNCTIONS = (
 
 
 #: The module methods the model calls: __call__, and Conv2d.direct (a conv read straight from
-#: its input planes, which the dense blocks call instead).
+#: its input planes, which the dense blocks try first; where it returns None, the backend has
+#: no such kernel and the call is not counted).
 TIMED_METHODS = ("__call__", "direct")
 
 

@@ -254,7 +254,7 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     n, batched = terms[0][1].shape[-1], terms[0][1].ndim == 3
     nb = terms[0][1].shape[0] if batched else 1
     lead = terms[0][0].shape[:-1]
-    if batched and lead[:1] != (nb,):
+    if terms[0][1].ndim not in (2, 3) or (batched and lead[:1] != (nb,)):
         return None
     for a, w in terms:
         if (w.shape[:-2] != terms[0][1].shape[:-2] or w.shape[-1] != n
