@@ -318,7 +318,8 @@ struct Exp2Decay {
 enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 
 // One entry point per ISA; everything below them is force-inlined, so each gets its own code.
-// Standard mode keeps the compiler's default FP contraction (GCC: fuse across statements);
+// Standard mode keeps the compiler's default FP contraction (GCC: fuse across statements), and
+// so do the kernels that are the same in both modes (conv1d, the 2-D conv, the projections);
 // the translation unit itself is built with -ffp-contract=off, which strict mode relies on.
 #if defined(__GNUC__) && !defined(__clang__)
 #define SL_CONTRACT_DEFAULT __attribute__((optimize("fp-contract=fast")))
@@ -329,7 +330,7 @@ enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
 #define SL_DEFINE_ISA(SUFFIX, TARGET, V)                                                     \
   TARGET SL_CONTRACT_DEFAULT static void conv_##SUFFIX(const ConvArgs& a, int64_t b,        \
                                                        int64_t e) {                          \
-    conv_rows_alloc<V>(a, b, e);                                                                   \
+    conv_rows_alloc<V>(a, b, e);                                                              \
   }                                                                                           \
   TARGET SL_CONTRACT_DEFAULT static void scan_std_##SUFFIX(const ScanArgs& a, int64_t b,     \
                                                            int64_t e) {                      \

@@ -16,7 +16,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <vector>
 
 #include "sl_backend_cpu.h"
 #include "sl_tile_cpu.h"

@@ -245,7 +245,8 @@ SL_FN V sl_standard_output(V y, V dskip, V ut, V zt, sl_fast_tag<true>) {
 //
 // x, out: pointers at (b, t = 0, channel); sx, so: element strides between time steps.
 // w: pointer at tap 0 of the channel, swk: stride between taps, swd: stride between channels
-// (used only to gather SIMD lanes on the CPU); bias at the channel, sbd its channel stride.
+// (read only to gather the lanes of a vector V; the GPU bodies run V = float, and the CPU walks
+// rows with sl_causal_conv1d_step instead); bias at the channel, sbd its channel stride.
 // out[t] = w0*x[t-3] + w1*x[t-2] + w2*x[t-1] + w3*x[t] + bias, x[t < 0] = 0; with SILU, the
 // standard-mode SiLU of that (saves the GPU graph a separate elementwise pass over [B, L, D]).
 template <typename V>

@@ -4,6 +4,8 @@ case matrix, the target evaluation and the component profiler's walk of the mode
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -177,3 +179,16 @@ def test_the_plain_loop_peer_stays_on_short_files_where_nvidias_stack_runs():
     assert runner.plain_peer_skipped(30.0, None) is not None
     assert runner.plain_peer_skipped(5.0, None) is None
     assert runner.plain_peer_skipped(30.0, "mamba_ssm is not installed") is None
+
+
+def test_reports_show_paths_without_the_machine(tmp_path, monkeypatch):
+    """The checkout's files relative to it, the home folder as ~, anything else as it is."""
+    from speechlens_cli.bench import environment
+
+    package_file = Path(environment.__file__)
+    assert environment.shown_path(str(package_file)) == os.path.join(
+        "speechlens_cli", "bench", "environment.py")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert environment.shown_path(str(tmp_path / ".cache" / "lib.so")) == os.path.join(
+        "~", ".cache", "lib.so")
+    assert environment.shown_path("/opt/elsewhere/lib.so") == "/opt/elsewhere/lib.so"

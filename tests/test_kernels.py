@@ -689,3 +689,28 @@ def test_cpu_conv2d_declines_what_it_cannot_take():
     got = np.array(kernels.conv2d(planes, weight, None, (1, 1), (1, 1)))
     expected = _conv2d_float64(planes, weight, np.zeros(8), (1, 1), (1, 1))
     assert np.abs(got - expected).max() <= RTOL_CONV2D * np.abs(expected).max()
+
+
+def test_projection_geometry_takes_well_formed_operands_only():
+    """The one check both projection kernels (CPU, CUDA) start from."""
+    from speechlens_cli.kernels.contract import projection_geometry
+
+    def arr(*shape, dtype=mx.float32):
+        return mx.zeros(shape, dtype)
+
+    assert projection_geometry([(arr(3, 5, 8), arr(8, 12))], None) == (12, 1, 15)
+    assert projection_geometry([(arr(2, 7, 8), arr(2, 8, 4))], arr(4)) == (4, 2, 7)
+    assert projection_geometry([(arr(3, 8), arr(8, 4)), (arr(3, 6), arr(6, 4))],
+                               arr(4)) == (4, 1, 3)
+    declined = [
+        ([(arr(3, 8), arr(7, 4))], None),  # K differs
+        ([(arr(3, 8), arr(8, 4)), (arr(4, 6), arr(6, 4))], None),  # rows differ
+        ([(arr(2, 3, 8), arr(2, 8, 4)), (arr(3, 3, 8), arr(3, 8, 4))], None),  # two NBs
+        ([(arr(3, 0), arr(0, 4))], None),  # K = 0
+        ([(arr(3, 8, dtype=mx.float16), arr(8, 4))], None),
+        ([(arr(3, 8), arr(8, 4))], arr(5)),  # bias shape
+        ([(arr(3, 8), arr(8, 4))], arr(4, dtype=mx.float16)),
+        ([], None),
+    ]
+    for terms, bias in declined:
+        assert projection_geometry(terms, bias) is None

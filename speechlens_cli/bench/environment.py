@@ -92,12 +92,28 @@ def machine_kind() -> str:
     return f"{which}-{slug}"[:80]
 
 
+#: The checkout (or site-packages folder) holding the package.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def shown_path(path: str) -> str:
+    """A path as a report shows it: relative to the checkout when inside it, under ~ when in
+    the home folder, so a committed report names no one's machine."""
+    full = os.path.abspath(path)
+    home = os.path.expanduser("~")
+    if os.path.commonpath([full, _ROOT]) == _ROOT:
+        return os.path.relpath(full, _ROOT)
+    if os.path.commonpath([full, home]) == home:
+        return os.path.join("~", os.path.relpath(full, home))
+    return full
+
+
 def revision() -> str:
     """The source revision measured: $SPEECHLENS_BENCH_REVISION, else git (marked if dirty)."""
     given = os.environ.get("SPEECHLENS_BENCH_REVISION")
     if given:
         return given
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    root = _ROOT
     try:
         head = subprocess.run(["git", "-C", root, "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, check=False, timeout=10)
@@ -129,7 +145,9 @@ def environment(peer: dict | None = None) -> dict[str, str]:
         "heap": heap.status,
     }
     if which == "cpu":
-        env["cpu kernels"] = (f"{info.get('cpu_library', '-')}; {info.get('cpu_isa', '-')}; "
+        lib = kernels.cpu_library()
+        where = shown_path(str(lib.path)) if lib else info.get("cpu_library", "-")
+        env["cpu kernels"] = (f"{where}; {info.get('cpu_isa', '-')}; "
                               f"{info.get('cpu_threads', '-')} threads")
         env["cpu kernel build"] = (f"{compiler_version()}; flags "
                                    f"{' '.join(kernels.CPU_COMPILE_FLAGS)}")

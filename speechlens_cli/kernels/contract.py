@@ -104,3 +104,27 @@ def validate_bimamba_scan(u, x_dbl, z, A_log, D, dt_proj) -> None:
                    "A_log": (A_log, (2, channels, D_STATE)), "D": (D, (2, channels)),
                    "dt_proj weight": (weight, (2, channels, rank)),
                    "dt_proj bias": (bias, (2, channels))})
+
+
+def projection_geometry(terms, bias) -> tuple[int, int, int] | None:
+    """(N, NB, rows per batch) of dispatch.project's operands where a projection kernel can take
+    them, else None: one or two float32 terms, weights [K, N] or [NB, K, N] (the same NB in
+    every term, and a's leading dimension NB when NB > 1), inputs a [..., K] with K >= 1 and the
+    same number of rows in every term, bias [N] float32 or None."""
+    if not 1 <= len(terms) <= 2:
+        return None
+    n = int(terms[0][1].shape[-1])
+    batches = {1 if w.ndim == 2 else int(w.shape[0]) for _, w in terms}
+    if len(batches) != 1 or (bias is not None and (tuple(bias.shape) != (n,)
+                                                   or bias.dtype != mx.float32)):
+        return None
+    nb = batches.pop()
+    for a, w in terms:
+        if (a.dtype != mx.float32 or w.dtype != mx.float32 or w.ndim not in (2, 3)
+                or int(w.shape[-1]) != n or int(a.shape[-1]) != int(w.shape[-2])
+                or int(a.shape[-1]) < 1 or (nb > 1 and (a.ndim < 2 or a.shape[0] != nb))):
+            return None
+    rows = {a.size // (nb * a.shape[-1]) for a, _ in terms}
+    if len(rows) != 1 or (count := rows.pop()) == 0:
+        return None
+    return n, nb, count

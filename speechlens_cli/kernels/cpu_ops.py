@@ -10,7 +10,7 @@ import ctypes
 import mlx.core as mx
 import numpy as np
 
-from .contract import CONV_WIDTH, D_STATE, in_time_order
+from .contract import CONV_WIDTH, D_STATE, in_time_order, projection_geometry
 from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
 from .fallback import two_direction_delta_raw
 
@@ -246,23 +246,11 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     [K, N] or [NB, K, N] with a [NB, ..., K]) by the CPU library's register tiles; None where
     the library is unavailable or does not take the operands."""
     lib = cpu_library()
-    if lib is None or not 1 <= len(terms) <= 2:
+    geometry = projection_geometry(terms, bias)
+    if lib is None or geometry is None:
         return None
+    n, nb, rows = geometry
     arrays = [x for term in terms for x in term] + ([bias] if bias is not None else [])
-    if any(x.dtype != mx.float32 for x in arrays):
-        return None
-    n, batched = terms[0][1].shape[-1], terms[0][1].ndim == 3
-    nb = terms[0][1].shape[0] if batched else 1
-    lead = terms[0][0].shape[:-1]
-    if terms[0][1].ndim not in (2, 3) or (batched and lead[:1] != (nb,)):
-        return None
-    for a, w in terms:
-        if (w.shape[:-2] != terms[0][1].shape[:-2] or w.shape[-1] != n
-                or a.shape[:-1] != lead or a.shape[-1] != w.shape[-2]):
-            return None
-    if bias is not None and bias.shape != (n,):
-        return None
-    rows = int(np.prod(lead[1:] if batched else lead, dtype=np.int64))
     out, ov = _fresh((nb, rows, n), *arrays)
     views = []
     for a, w in terms:
@@ -282,7 +270,7 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
         out_strides=_strides(ov), batch=nb, rows=rows, columns=n, threads=cpu_threads(), isa=isa)
     if rc != 0:
         raise RuntimeError(f"sl_cpu_project returned {rc}")
-    return _result(out, ov).reshape(*lead, n)
+    return _result(out, ov).reshape(*terms[0][0].shape[:-1], n)
 
 
 def cpu_exp_poly(x: np.ndarray, isa: int = -1) -> np.ndarray:

@@ -17,6 +17,7 @@ import os
 
 import mlx.core as mx
 
+from .contract import projection_geometry
 from .cuda_packed import Part, build_variant, launch, unusable
 from .nvrtc import compute_capability
 
@@ -40,25 +41,12 @@ def enabled() -> bool:
 
 def _geometry(terms: list[tuple[mx.array, mx.array]],
               bias: mx.array | None) -> tuple[int, int, int] | None:
-    """(N, NB, rows per batch) where the kernel takes these operands, else None: one or two
-    float32 terms with K and N multiples of 4, weights [K, N] (or [NB, K, N] with a's leading
-    dimension NB) shared by all rows."""
-    if not 1 <= len(terms) <= 2:
+    """(N, NB, rows per batch) where the kernel takes these operands, else None: well-formed
+    projection operands (contract.projection_geometry) with K and N multiples of 4."""
+    geometry = projection_geometry(terms, bias)
+    if geometry is None or geometry[0] % 4 or any(int(a.shape[-1]) % 4 for a, _ in terms):
         return None
-    n = int(terms[0][1].shape[-1])
-    batches = {1 if w.ndim == 2 else int(w.shape[0]) for _, w in terms}
-    if n % 4 or len(batches) != 1 or (bias is not None and tuple(bias.shape) != (n,)):
-        return None
-    nb = batches.pop()
-    for a, w in terms:
-        if (a.dtype != mx.float32 or w.dtype != mx.float32 or w.ndim not in (2, 3)
-                or int(w.shape[-1]) != n or int(a.shape[-1]) != int(w.shape[-2])
-                or int(a.shape[-1]) % 4 or (nb > 1 and (a.ndim < 2 or a.shape[0] != nb))):
-            return None
-    rows = {a.size // (nb * a.shape[-1]) for a, _ in terms}
-    if len(rows) != 1 or (count := rows.pop()) == 0:
-        return None
-    return n, nb, count
+    return geometry
 
 
 @functools.cache
