@@ -122,7 +122,10 @@ class BiMamba(nn.Module):
         f, b = self.forward_blocks, self.backward_blocks
         d, inner = self.output_proj.weight.shape[0], f.D.shape[0]
         halves = _float64(self.output_proj.weight).T  # [2d, d]: rows [0, d) take forward + x
-        merge_y = np.concatenate([_float64(m.out_proj.weight).T @ halves[k * d:(k + 1) * d]
+        # einsum rather than @: NumPy's matmul goes to its own multi-threaded OpenBLAS, whose
+        # worker then spins for a while and takes a core from the kernels running next
+        merge_y = np.concatenate([np.einsum("ji,jk->ik", _float64(m.out_proj.weight),
+                                            halves[k * d:(k + 1) * d])
                                   for k, m in enumerate((f, b))], axis=0)
 
         def stacked(get) -> mx.array:
