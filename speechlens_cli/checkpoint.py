@@ -401,5 +401,6 @@ def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) 
     model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
     model.eval()
     mx.eval(model.parameters())
+    model.prepare()
     model.source = report.source
     return model

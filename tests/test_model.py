@@ -239,3 +239,19 @@ def test_two_direction_weights_follow_a_replaced_parameter(tiny_model):
     finally:
         bimamba.backward_blocks.out_proj.weight = old
 
+
+
+def test_a_loaded_model_has_every_two_direction_layout_ready(tiny_checkpoint, monkeypatch):
+    """load_model derives every BiMamba's two-direction weights (SEMamba.prepare), so a first
+    window derives none: deriving them inside the first window ran NumPy next to the kernels."""
+    from speechlens_cli import checkpoint
+    from speechlens_cli.model import mamba
+
+    model = checkpoint.load_model(tiny_checkpoint)
+
+    def derived_again(**_fields):
+        pytest.fail("a BiMamba's weights were derived inside the first window")
+
+    monkeypatch.setattr(mamba, "BiMambaWeights", derived_again)
+    out = enhance(_signal(8000, 800), 8000, model=model)
+    assert out.shape == (800,) and np.isfinite(out).all()

@@ -146,7 +146,7 @@ class BiMamba(nn.Module):
             merge_y=mx.array(merge_y.astype(np.float32)),
             merge_x=mx.array((halves[:d] + halves[d:]).astype(np.float32)),
             merge_bias=self.output_proj.bias)
-        self._weights = weights  # evaluated with the first window that uses them (no sync here)
+        self._weights = weights  # evaluated by SEMamba.prepare, else with the first window
         return weights
 
 
