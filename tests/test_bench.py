@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -192,3 +193,57 @@ def test_reports_show_paths_without_the_machine(tmp_path, monkeypatch):
     assert environment.shown_path(str(tmp_path / ".cache" / "lib.so")) == os.path.join(
         "~", ".cache", "lib.so")
     assert environment.shown_path("/opt/elsewhere/lib.so") == "/opt/elsewhere/lib.so"
+
+
+def test_startup_times_whole_processes_against_the_peer(tiny_checkpoint, tmp_path, monkeypatch):
+    """`bench --startup` runs `speechlens enhance` as new processes, alternating with the peer's
+    (here a stand-in that copies its input, so torch is not needed), and compares the outputs."""
+    from speechlens_cli.bench import startup
+
+    def stand_in(_ckpt, src, out, _rate, _seconds, _backend, _device):
+        dst = out / "copy.wav"
+        copy = f"import shutil; shutil.copy({str(src)!r}, {str(dst)!r})"
+        return "stand-in peer", [sys.executable, "-c", copy], dst
+
+    monkeypatch.setattr(startup, "_peer", stand_in)
+    result = CliRunner().invoke(main, [
+        "bench", "--startup", "--model", str(tiny_checkpoint), "--trials", "2", "--device", "cpu",
+        "--out", str(tmp_path), "--name", "startup"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "startup.json").read_text())
+    s = report["startup"]
+    assert (s["seconds"], s["rate"]) == (1.0, 16000)  # the CPU's default file
+    assert len(s["speechlens_times_s"]) == len(s["peer_times_s"]) == 2
+    assert s["speechlens_median_s"] > 0.1  # a whole Python process with MLX, not a stub
+    assert s["speedup"] == pytest.approx(s["peer_median_s"] / s["speechlens_median_s"])
+    # the copy is the noisy input: the enhanced output differs from it, but not wildly
+    assert 0 < s["parity_rel_rmse"] < 10
+    assert report["targets"][0]["met"] == "n/a"  # tiny model
+    assert "| stand-in peer |" in (tmp_path / "startup.md").read_text()
+
+
+def test_startup_fails_with_the_processes_own_error():
+    from speechlens_cli.bench import startup
+
+    failing = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
+    with pytest.raises(RuntimeError, match="x exited with 3: boom"):
+        startup._timed(failing, "x", lambda _line: None)
+
+
+def test_startup_targets_follow_the_backend_and_file():
+    def judged(backend: str, seconds: float, rate: int, mine: float, peer: float | None):
+        s = {"seconds": seconds, "rate": rate, "speechlens_median_s": mine}
+        if peer is not None:
+            s.update(peer_median_s=peer, speedup=peer / mine)
+        report = {"environment": {"mlx backend": backend}, "architecture": dict(rep.FULL_SIZE),
+                  "startup": s}
+        return [(t["target"], t["met"]) for t in rep.startup_targets(report)]
+
+    assert judged("cuda", 5.0, 44100, 1.9, None) == [
+        ("one 5-s 44.1 kHz `speechlens enhance`, whole process, <= 2 s", "yes")]
+    assert judged("cuda", 5.0, 44100, 2.4, 9.0)[0][1] == "NO"
+    assert judged("cpu", 1.0, 16000, 8.0, 26.0) == [
+        (">= 3x the peer's whole process at 1 s, 16 kHz", "yes")]
+    assert judged("cpu", 1.0, 16000, 10.0, 26.0)[0][1] == "NO"
+    assert judged("cpu", 1.0, 16000, 10.0, None)[0][1] == "not run"
+    assert judged("cpu", 2.0, 16000, 10.0, 26.0) == []  # no target names that file

@@ -90,10 +90,19 @@ def _now() -> str:
               help="Profiled warm-up runs (default 1 on a GPU, 0 on the CPU).")
 @click.option("--strict-mode", "profile_strict", is_flag=True,
               help="Profile strict mode instead of standard.")
+@click.option("--startup", is_flag=True,
+              help="Instead of the timing matrix, time whole `speechlens enhance` processes "
+                   "(start-up included) against whole processes of the peer, alternating, "
+                   "--trials times each [default: 3] on a file of --startup-seconds at "
+                   "--startup-rate.")
+@click.option("--startup-seconds", type=click.FloatRange(min=0.1), default=None,
+              help="[default: 1 on the CPU, 5 on a GPU]")
+@click.option("--startup-rate", type=int, default=None,
+              help="[default: 16000 on the CPU, 44100 on a GPU]")
 def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, peer_cases,
                   peer_warmup, peer_trials, peer_device, overlap, model, device, out_dir, name,
                   profile, profile_rate, profile_seconds, profile_runs, profile_warmup,
-                  profile_strict):
+                  profile_strict, startup, startup_seconds, startup_rate):
     """Time speechlens end to end (and the PyTorch peer); write JSON + Markdown reports."""
     from . import cases as matrix
 
@@ -127,6 +136,10 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
     if profile:
         _profile(model, out_dir, name, profile_rate, profile_seconds, profile_runs,
                  profile_warmup, profile_strict, gpu, log)
+        return
+    if startup:
+        _startup(model, out_dir, name, startup_seconds, startup_rate, trials, peer, peer_device,
+                 gpu, log)
         return
     kind = "gpu" if gpu else "cpu"
     _bench(patterns or matrix.DEFAULT_CASES[kind], warmup, trials, budget_s, peer,
@@ -203,7 +216,7 @@ def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log
     warmup = (1 if gpu else 0) if warmup is None else warmup
     with tempfile.TemporaryDirectory(prefix="speechlens-bench-ckpt-") as tmp:
         ckpt = bench_checkpoint(model, Path(tmp))
-        net = checkpoint.load_model(str(ckpt.weights.parent), download=False)
+        net = checkpoint.load_model(ckpt.spec, download=False)
     audio, how = bench_speech(rate, seconds)
     report = {"schema": 1, "kind": "profile", "machine": machine, "started": _now(),
               "environment": environment(), "checkpoint": ckpt.description, "fixture": how}
@@ -212,6 +225,39 @@ def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log
                                     log=log)
     report["finished"] = _now()
     report["environment"]["load average at end"] = load_average()
+    json_path, md_path = rep.write(report, out_dir, name)
+    click.echo(rep.markdown(report))
+    log(f"wrote {json_path} and {md_path}")
+
+
+def _startup(model, out_dir, name, seconds, rate, trials, peer, peer_device, gpu, log):
+    import tempfile
+
+    from .. import api, checkpoint, kernels
+    from . import report as rep
+    from .environment import environment, load_average, machine_kind
+    from .inputs import bench_checkpoint
+    from .startup import DEFAULT_FILE, DEFAULT_TRIALS, run_startup
+
+    default_seconds, default_rate = DEFAULT_FILE["gpu" if gpu else "cpu"]
+    seconds = default_seconds if seconds is None else seconds
+    rate = default_rate if rate is None else rate
+    api.check_sample_rate(rate)
+    machine = machine_kind()
+    name = name or f"{machine}-startup"
+    report = {"schema": 1, "kind": "startup", "machine": machine, "started": _now(),
+              "environment": environment()}
+    log(f"speechlens bench --startup on {machine}: {seconds:g} s at {rate} Hz")
+    with tempfile.TemporaryDirectory(prefix="speechlens-bench-ckpt-") as tmp:
+        ckpt = bench_checkpoint(model, Path(tmp))
+        report["checkpoint"] = ckpt.description
+        cfg = checkpoint.inspect(ckpt.spec, download=False).config
+        report["architecture"] = rep.architecture(cfg)
+        report["startup"] = run_startup(ckpt, kernels.backend(), seconds, rate,
+                                        trials or DEFAULT_TRIALS, peer, peer_device, log)
+    report["finished"] = _now()
+    report["environment"]["load average at end"] = load_average()
+    report["targets"] = rep.startup_targets(report)
     json_path, md_path = rep.write(report, out_dir, name)
     click.echo(rep.markdown(report))
     log(f"wrote {json_path} and {md_path}")

@@ -26,6 +26,12 @@ class BenchCheckpoint:
     description: str
     real: bool
 
+    @property
+    def spec(self) -> str:
+        """What load_model and `speechlens enhance --model` take: the folder when it has a
+        config.json, else the weights file."""
+        return str(self.weights.parent) if self.config else str(self.weights)
+
 
 def bench_checkpoint(spec: str | None, workdir: Path) -> BenchCheckpoint:
     """The checkpoint to benchmark: `spec` if given, else the cached real one, else random."""

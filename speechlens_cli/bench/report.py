@@ -21,8 +21,18 @@ MEMORY_30S_48K_BYTES = {"gpu": 4 * GB, "cpu": 24 * GB}  # the CPU's: the machine
 CPU_PEER_SPEEDUP = 3.0
 #: CPU real-time factors at 5-s files, by rate.
 CPU_RTF_5S = {16000: 5.0, 44100: 15.0}
+#: Whole processes (`speechlens bench --startup`): one 5-s 44.1 kHz `speechlens enhance` on a
+#: GPU, and against the peer's whole process on a 1-s 16 kHz file on the CPU.
+GPU_STARTUP_SECONDS = 2.0
+GPU_STARTUP_FILE = (5.0, 44100)
+CPU_STARTUP_FILE = (1.0, 16000)
 #: The targets are about the full-size architecture (the real checkpoint's).
 FULL_SIZE = {"num_tfmamba": 30, "hid_feature": 64, "d_inner": 256, "d_state": 16}
+
+
+def architecture(cfg) -> dict:
+    """The ModelConfig fields FULL_SIZE names, as a report states them."""
+    return {key: getattr(cfg, key) for key in FULL_SIZE}
 
 
 def _case(report: dict, name: str) -> dict | None:
@@ -136,6 +146,31 @@ def targets(report: dict) -> list[dict]:
     return rows
 
 
+def startup_targets(report: dict) -> list[dict]:
+    """The whole-process targets that apply to this backend and file."""
+    backend = report["environment"].get("mlx backend", "cpu")
+    s = report["startup"]
+    file = (s["seconds"], s["rate"])
+    arch = report.get("architecture", FULL_SIZE)
+    if any(arch.get(k) != v for k, v in FULL_SIZE.items()):
+        return [{"target": "all targets", "measured": f"not the full-size model ({arch})",
+                 "met": "n/a"}]
+    rows = []
+    if backend != "cpu" and file == GPU_STARTUP_FILE:
+        rows.append({"target": f"one {file[0]:g}-s {file[1] / 1000:g} kHz `speechlens enhance`, "
+                               f"whole process, <= {GPU_STARTUP_SECONDS:g} s",
+                     "measured": f"{s['speechlens_median_s']:.3f} s median",
+                     "met": "yes" if s["speechlens_median_s"] <= GPU_STARTUP_SECONDS else "NO"})
+    if backend == "cpu" and file == CPU_STARTUP_FILE:
+        speedup = s.get("speedup")
+        rows.append({"target": f">= {CPU_PEER_SPEEDUP:g}x the peer's whole process at "
+                               f"{file[0]:g} s, {file[1] / 1000:g} kHz",
+                     "measured": "peer not run" if speedup is None else f"{speedup:.2f}x (medians)",
+                     "met": "not run" if speedup is None else
+                     ("yes" if speedup >= CPU_PEER_SPEEDUP else "NO")})
+    return rows
+
+
 def write(report: dict, out_dir: Path, name: str) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
@@ -189,6 +224,8 @@ def _header(report: dict, title: str) -> list[str]:
 def markdown(report: dict) -> str:
     if report.get("kind") == "profile":
         return profile_markdown(report)
+    if report.get("kind") == "startup":
+        return startup_markdown(report)
     lines = _header(report, "speechlens benchmark")
     settings = report["settings"]
     lines += ["", "## Settings", ""]
@@ -292,4 +329,33 @@ def profile_markdown(report: dict) -> str:
         mamba = "-" if r["share_of_mamba"] is None else f"{100 * r['share_of_mamba']:.1f}%"
         lines.append(f"| {r['component']} | {r['group']} | {r['calls']} | {r['total_s']:.3f} | "
                      f"{100 * r['share']:.1f}% | {mamba} |")
+    return "\n".join(lines) + "\n"
+
+
+def startup_markdown(report: dict) -> str:
+    s = report["startup"]
+    lines = _header(report, "speechlens whole-process benchmark")
+
+    def times(values: list[float]) -> str:
+        return ", ".join(f"{v:.3f}" for v in values)
+
+    lines += ["", "## Method", "",
+              (f"{s['seconds']:g} s of audio at {s['rate']} Hz ({s['fixture']}); checkpoint: "
+               f"{report['checkpoint'].rstrip('.')}. Each trial is a new process, timed from its "
+               f"start to its exit: `{s['command']}`"
+               + (", and alternating with it a new process of the peer (torch import, model "
+                  "load, the file, the write)" if "peer" in s else "; no peer")
+               + ". One untimed run of each came first (file cache, compiled kernels). "
+               f"{s['trials']} trials each; load average {s['load_at_start'].split()[0]} at the "
+               f"start, {s['load_at_end'].split()[0]} at the end."), "",
+              "| process | trials s | median s |", "|---|---|---:|",
+              f"| speechlens | {times(s['speechlens_times_s'])} | {s['speechlens_median_s']:.3f} |"]
+    if "peer" in s:
+        lines += [f"| {s['peer']} | {times(s['peer_times_s'])} | {s['peer_median_s']:.3f} |", "",
+                  (f"Speedup (peer median / speechlens median): {s['speedup']:.2f}x. Parity: "
+                   f"waveform relative RMSE of the peer's output against speechlens's "
+                   f"{s['parity_rel_rmse']:.1e}.")]
+    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in report.get("targets", []):
+        lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
     return "\n".join(lines) + "\n"

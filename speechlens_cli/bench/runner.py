@@ -35,6 +35,7 @@ from .. import api, checkpoint, kernels
 from .. import audio as audio_io
 from ..pipeline import DEFAULT_OVERLAP, Geometry, enhance_stream
 from . import cases as matrix
+from . import report
 from .environment import load_average
 from .inputs import BenchCheckpoint, bench_speech
 
@@ -173,13 +174,11 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
     """Run the selected cases; returns the report body (cases, peer groups, settings)."""
     gpu = kernels.backend() != "cpu"
     t0 = time.perf_counter()
-    model = checkpoint.load_model(str(ckpt.weights.parent) if ckpt.config else str(ckpt.weights),
-                                  download=False)
+    model = checkpoint.load_model(ckpt.spec, download=False)
     load_s = time.perf_counter() - t0
     cfg = model.config
     body: dict = {"model_load_s": load_s,
-                  "architecture": {"num_tfmamba": cfg.num_tfmamba, "hid_feature": cfg.hid_feature,
-                                   "d_inner": cfg.d_inner, "d_state": cfg.d_state},
+                  "architecture": report.architecture(cfg),
                   "cases": [], "peer": [], "peer_info": {},
                   "fixtures": {}, "rss_peak_reset": reset_rss_peak()}
     peer_missing = None if importlib.util.find_spec("torch") else (
@@ -277,12 +276,16 @@ def _timing_fields(timing: Timing, seconds: float) -> dict:
             "note": timing.note}
 
 
+def peer_argv(script: str, args: dict) -> list[str]:
+    """The command line that runs a peer script of this folder in a process of its own."""
+    return [sys.executable, str(Path(__file__).with_name(script)), json.dumps(args)]
+
+
 def _peer_process(script: str, args: dict, row: dict, label: str, log: Log) -> dict | None:
     """Run a peer script of this folder in its own process; its last stdout line (JSON), or None
     with row["error"] set."""
-    path = Path(__file__).with_name(script)
-    proc = subprocess.run([sys.executable, str(path), json.dumps(args)], stdout=subprocess.PIPE,
-                          text=True, check=False)
+    proc = subprocess.run(peer_argv(script, args), stdout=subprocess.PIPE, text=True,
+                          check=False)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
         row["error"] = f"{script} failed (exit {proc.returncode}; see its stderr above)"
