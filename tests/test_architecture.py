@@ -26,7 +26,7 @@ LAYERS = {
 
 # Inside a package: lower numbers are lower sub-layers; a module imports its own or lower ones.
 SUBLAYERS = {
-    "kernels": {"build": 0, "notices": 0, "contract": 0, "sources": 1, "fallback": 1,
+    "kernels": {"build": 0, "notices": 0, "contract": 0, "scratch": 0, "sources": 1, "fallback": 1,
                 "compiler": 2, "nvrtc": 2, "gpu": 2, "cuda_packed": 3, "cpu_binding": 3,
                 "cuda_projection": 4, "cpu_ops": 4, "dispatch": 5, "__init__": 6},
     "audio": {"libsndfile": 0, "owners": 0, "pyav": 0, "containers": 0, "info": 0, "outputs": 0,

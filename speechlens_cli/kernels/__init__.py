@@ -84,6 +84,7 @@ from .dispatch import (  # noqa: E402
 )
 from .fallback import conv1d_fallback, selective_scan_ops  # noqa: E402
 from .gpu import CONV_INPUTS, GPU_THREADGROUP, SCAN_INPUTS, THREADGROUP_ENV  # noqa: E402
+from .scratch import lend_scratch, scratch_pool  # noqa: E402
 from .sources import kernel_source_dir  # noqa: E402
 
 __all__ = [
@@ -93,6 +94,6 @@ __all__ = [
     "bimamba_scan", "causal_conv1d", "conv2d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
     "cpu_exp_poly", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
-    "kernel_info", "kernel_source_dir", "project", "selective_scan",
-    "selective_scan_ops", "usable_cores",
+    "kernel_info", "kernel_source_dir", "lend_scratch", "project", "scratch_pool",
+    "selective_scan", "selective_scan_ops", "usable_cores",
 ]

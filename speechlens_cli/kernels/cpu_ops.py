@@ -10,6 +10,7 @@ import ctypes
 import mlx.core as mx
 import numpy as np
 
+from . import scratch
 from .contract import CONV_WIDTH, D_STATE, in_time_order, projection_geometry
 from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
 from .fallback import two_direction_delta_raw
@@ -40,9 +41,11 @@ def _output_like(shape, *inputs: mx.array) -> tuple[mx.array, np.ndarray] | None
 
 
 def _fresh(shape, *inputs: mx.array) -> tuple[mx.array | None, np.ndarray]:
-    """(MLX array or None, writable view) to write a result of `shape` into (_output_like, or a
-    NumPy buffer that is copied into MLX afterwards)."""
-    return _output_like(shape, *inputs) or (None, np.empty(shape, np.float32))
+    """(MLX array or None, writable view) to write a result of `shape` into: a buffer lent by
+    the open scratch scope, else _output_like, else a NumPy buffer copied into MLX afterwards."""
+    mx.eval(*inputs)
+    return (scratch.take(shape) or _output_like(shape)
+            or (None, np.empty(shape, np.float32)))
 
 
 def _result(out: mx.array | None, ov: np.ndarray) -> mx.array:

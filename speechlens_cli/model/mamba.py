@@ -100,11 +100,14 @@ class BiMamba(nn.Module):
 
     def __call__(self, x: mx.array, strict: bool) -> mx.array:
         w = self.weights()
-        conv_in, gates = project_in(x, w)
-        u = kernels.bimamba_conv(conv_in, w.conv_weight, w.conv_bias)
-        y = kernels.bimamba_scan(u, project_x(u, w), gates, w.A_log, w.D,
-                                 (w.dt_weight, w.dt_bias), strict=strict)
-        return self.norm(merge(y, x, w))
+        # on the CPU the intermediates' buffers are reused by the next BiMamba (kernels.scratch)
+        with kernels.lend_scratch() as scratch:
+            conv_in, gates = project_in(x, w)
+            u = kernels.bimamba_conv(conv_in, w.conv_weight, w.conv_bias)
+            y = kernels.bimamba_scan(u, project_x(u, w), gates, w.A_log, w.D,
+                                     (w.dt_weight, w.dt_bias), strict=strict)
+            merged = scratch.result(lambda: merge(y, x, w))
+        return self.norm(merged)
 
     def _sources(self) -> tuple[mx.array, ...]:
         """Every parameter BiMambaWeights is derived from: both directions' and output_proj's."""

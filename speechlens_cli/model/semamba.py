@@ -5,6 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
+from .. import kernels
 from .codec import DenseEncoder, MagnitudeDecoder, PhaseDecoder
 from .config import ModelConfig
 from .mamba import TFMambaBlock
@@ -33,9 +34,10 @@ class SEMamba(nn.Module):
         x = mx.pad(x, [(0, 0), (0, 2), (0, 2), (0, 0)])  # the 2-sample "anti-error" T/F pad
         x = self.dense_encoder(x)
         previous = None
-        for block in self.TSMamba:
-            bound_pending(x, previous)
-            previous, x = x, block(x, strict)
+        with kernels.scratch_pool():
+            for block in self.TSMamba:
+                bound_pending(x, previous)
+                previous, x = x, block(x, strict)
         magnitude = self.mask_decoder(x)[:, :frames, :bins]
         phase = self.phase_decoder(x)[:, :frames, :bins]
         return magnitude, phase
