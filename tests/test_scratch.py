@@ -90,3 +90,15 @@ def test_a_model_with_reused_buffers_gives_the_same_output(tiny_checkpoint, monk
     blocks = 2 * len(model.TSMamba) * len(signals)  # BiMamba calls
     assert len(fresh) >= 5 * blocks  # in_proj x2, conv, x_proj, scan, merge per call
     assert reused_fresh <= len(fresh) - 4 * blocks + 5 * 2 * len(signals)
+
+
+def test_another_thread_borrows_nothing_from_this_threads_pool():
+    import threading
+
+    seen = []
+    with kernels.scratch_pool(), kernels.lend_scratch():
+        assert scratch.take((8,)) is not None
+        worker = threading.Thread(target=lambda: seen.append(scratch.take((8,))))
+        worker.start()
+        worker.join()
+    assert seen == [None]

@@ -17,6 +17,7 @@ dead when the scope closes.
 from __future__ import annotations
 
 import math
+import threading
 from collections import defaultdict
 from collections.abc import Callable
 from contextlib import contextmanager
@@ -65,33 +66,41 @@ class Lending:
         return out
 
 
-_pools: list[_Pool] = []
-_scopes: list[Lending] = []
+class _State(threading.local):
+    """Per thread: the open pool and lending scopes (threads enhancing at once share none)."""
+
+    def __init__(self):
+        self.pools: list[_Pool] = []
+        self.scopes: list[Lending] = []
+
+
+_state = _State()
 
 
 @contextmanager
 def scratch_pool():
     """A pool for the duration of one model call; on the CPU only (elsewhere kernels are lazy)."""
-    if mx.default_device() != mx.cpu or _pools:
+    if mx.default_device() != mx.cpu or _state.pools:
         yield
         return
-    _pools.append(_Pool())
+    _state.pools.append(_Pool())
     try:
         yield
     finally:
-        _pools.pop()
+        _state.pools.pop()
 
 
 @contextmanager
 def lend_scratch():
     """Kernel outputs requested inside come from the pool (if one is open) and return to it at
     the end; yields the Lending, whose result() must make the scope's result."""
-    scope = Lending(_pools[-1] if _pools and not _scopes else None)
-    _scopes.append(scope)
+    pools, scopes = _state.pools, _state.scopes
+    scope = Lending(pools[-1] if pools and not scopes else None)
+    scopes.append(scope)
     try:
         yield scope
     finally:
-        _scopes.pop()
+        scopes.pop()
         if scope.pool is not None:
             for flat in scope.lent:
                 scope.pool.free[flat.size].append(flat)
@@ -99,4 +108,4 @@ def lend_scratch():
 
 def take(shape) -> tuple[mx.array, np.ndarray] | None:
     """A lent buffer for a kernel output of `shape` inside a lending scope, else None."""
-    return _scopes[-1].take(shape) if _scopes else None
+    return _state.scopes[-1].take(shape) if _state.scopes else None
