@@ -102,3 +102,18 @@ def test_another_thread_borrows_nothing_from_this_threads_pool():
         worker.start()
         worker.join()
     assert seen == [None]
+
+
+def test_free_buffers_of_other_sizes_go_once_the_pool_holds_too_much(monkeypatch):
+    monkeypatch.setattr(scratch, "KEEP_BYTES", 4 * 100)
+    with kernels.scratch_pool():
+        with kernels.lend_scratch():
+            small = scratch.take((40,))
+        with kernels.lend_scratch():
+            assert _address(scratch.take((40,))) == _address(small)  # kept: 160 bytes
+            big = scratch.take((80,))  # 480 bytes held: over, but nothing free to let go
+        with kernels.lend_scratch():
+            assert _address(scratch.take((80,))) == _address(big)
+            scratch.take((30,))  # over: the free 40-float buffer goes
+            assert scratch._state.pools[-1].free[40] == []
+        assert scratch._state.pools[-1].held == 4 * (80 + 30)

@@ -22,12 +22,13 @@ import numpy as np
 import soundfile as sf
 
 from . import cases as matrix
+from . import report
 from .environment import load_average
 from .inputs import BenchCheckpoint, bench_speech
 from .runner import Log, nvidia_peer_missing, peer_argv, rel_rmse
 
-#: (seconds, rate) of the file, per backend: the cases the start-up targets name.
-DEFAULT_FILE = {"gpu": (5.0, 44100), "cpu": (1.0, 16000)}
+#: (seconds, rate) of the file, per backend: the files the start-up targets name.
+DEFAULT_FILE = {"gpu": report.GPU_STARTUP_FILE, "cpu": report.CPU_STARTUP_FILE}
 DEFAULT_TRIALS = 3
 
 

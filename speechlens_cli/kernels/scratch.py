@@ -25,10 +25,27 @@ from contextlib import contextmanager
 import mlx.core as mx
 import numpy as np
 
+#: Bytes the pool may hold (lent and free) before a new buffer lets go of the free ones of
+#: other sizes. A window's BiMambas ask for two sizes, four buffers of one and one of the
+#: other: 0.7 GB at 5 s / 16 kHz. The sequence groups of long windows ask for more sizes.
+KEEP_BYTES = 2 << 30
+
 
 class _Pool:
     def __init__(self):
         self.free: dict[int, list[mx.array]] = defaultdict(list)
+        self.held = 0  # bytes of every buffer made here, lent or free
+
+    def new(self, count: int) -> mx.array:
+        """A new buffer of `count` floats, after letting go of free buffers of other sizes if
+        keeping them would pass KEEP_BYTES."""
+        if self.held + 4 * count > KEEP_BYTES:
+            for size, buffers in self.free.items():
+                if size != count:
+                    self.held -= 4 * size * len(buffers)
+                    buffers.clear()
+        self.held += 4 * count
+        return mx.zeros((count,), mx.float32)
 
 
 class Lending:
@@ -46,7 +63,7 @@ class Lending:
             return None
         count = math.prod(shape)
         free = self.pool.free[count]
-        flat = free.pop() if free else mx.zeros((count,), mx.float32)
+        flat = free.pop() if free else self.pool.new(count)
         out = flat.reshape(shape)
         mx.eval(out)
         view, base = np.asarray(out), np.asarray(flat)
