@@ -201,12 +201,23 @@ def _bench(patterns, warmup, trials, budget_s, peer, peer_cases, peer_warmup, pe
         sys.exit(1)
 
 
+def _finish(report: dict, out_dir: Path, name: str, log) -> None:
+    """Stamp the end of a profile or start-up run, write its reports and show the Markdown."""
+    from . import report as rep
+    from .environment import load_average
+
+    report["finished"] = _now()
+    report["environment"]["load average at end"] = load_average()
+    json_path, md_path = rep.write(report, out_dir, name)
+    click.echo(rep.markdown(report))
+    log(f"wrote {json_path} and {md_path}")
+
+
 def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log):
     import tempfile
 
     from .. import checkpoint
-    from . import report as rep
-    from .environment import environment, load_average, machine_kind
+    from .environment import environment, machine_kind
     from .inputs import bench_checkpoint, bench_speech
     from .profile import run_profile
 
@@ -223,11 +234,7 @@ def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log
     log(f"speechlens bench --profile on {machine}: {seconds:g} s at {rate} Hz")
     report["profile"] = run_profile(net, audio, rate, strict=strict, runs=runs, warmup=warmup,
                                     log=log)
-    report["finished"] = _now()
-    report["environment"]["load average at end"] = load_average()
-    json_path, md_path = rep.write(report, out_dir, name)
-    click.echo(rep.markdown(report))
-    log(f"wrote {json_path} and {md_path}")
+    _finish(report, out_dir, name, log)
 
 
 def _startup(model, out_dir, name, seconds, rate, trials, peer, peer_device, gpu, log):
@@ -235,7 +242,7 @@ def _startup(model, out_dir, name, seconds, rate, trials, peer, peer_device, gpu
 
     from .. import api, checkpoint, kernels
     from . import report as rep
-    from .environment import environment, load_average, machine_kind
+    from .environment import environment, machine_kind
     from .inputs import bench_checkpoint
     from .startup import DEFAULT_FILE, DEFAULT_TRIALS, run_startup
 
@@ -255,12 +262,8 @@ def _startup(model, out_dir, name, seconds, rate, trials, peer, peer_device, gpu
         report["architecture"] = rep.architecture(cfg)
         report["startup"] = run_startup(ckpt, kernels.backend(), seconds, rate,
                                         trials or DEFAULT_TRIALS, peer, peer_device, log)
-    report["finished"] = _now()
-    report["environment"]["load average at end"] = load_average()
     report["targets"] = rep.startup_targets(report)
-    json_path, md_path = rep.write(report, out_dir, name)
-    click.echo(rep.markdown(report))
-    log(f"wrote {json_path} and {md_path}")
+    _finish(report, out_dir, name, log)
 
 
 __all__ = ["bench_command"]

@@ -35,6 +35,15 @@ def architecture(cfg) -> dict:
     return {key: getattr(cfg, key) for key in FULL_SIZE}
 
 
+def _not_full_size(report: dict) -> list[dict] | None:
+    """The one "n/a" target row of a report not made with the full-size model, else None."""
+    arch = report.get("architecture", FULL_SIZE)
+    if any(arch.get(k) != v for k, v in FULL_SIZE.items()):
+        return [{"target": "all targets", "measured": f"not the full-size model ({arch})",
+                 "met": "n/a"}]
+    return None
+
+
 def _case(report: dict, name: str) -> dict | None:
     for row in report.get("cases", []):
         if row["case"] == name and "error" not in row:
@@ -69,10 +78,8 @@ def targets(report: dict) -> list[dict]:
     """Each target that applies to this backend, with what was measured."""
     backend = report["environment"].get("mlx backend", "cpu")
     rows = []
-    arch = report.get("architecture", FULL_SIZE)
-    if any(arch.get(k) != v for k, v in FULL_SIZE.items()):
-        return [{"target": "all targets", "measured": f"not the full-size model ({arch})",
-                 "met": "n/a"}]
+    if (not_full := _not_full_size(report)) is not None:
+        return not_full
 
     def add(target: str, measured: str, met: bool | None) -> None:
         verdict = "not run" if met is None else ("yes" if met else "NO")
@@ -151,10 +158,8 @@ def startup_targets(report: dict) -> list[dict]:
     backend = report["environment"].get("mlx backend", "cpu")
     s = report["startup"]
     file = (s["seconds"], s["rate"])
-    arch = report.get("architecture", FULL_SIZE)
-    if any(arch.get(k) != v for k, v in FULL_SIZE.items()):
-        return [{"target": "all targets", "measured": f"not the full-size model ({arch})",
-                 "met": "n/a"}]
+    if (not_full := _not_full_size(report)) is not None:
+        return not_full
     rows = []
     if backend != "cpu" and file == GPU_STARTUP_FILE:
         rows.append({"target": f"one {file[0]:g}-s {file[1] / 1000:g} kHz `speechlens enhance`, "
@@ -202,6 +207,13 @@ def _notes(report: dict) -> list[str]:
     """Notes added to a report after the run (e.g. why it is incomplete), shown as written."""
     notes = report.get("notes") or []
     return (["", "## Notes", ""] + [f"- {n}" for n in notes]) if notes else []
+
+
+def _targets_table(report: dict) -> list[str]:
+    lines = ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for t in report.get("targets", []):
+        lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
+    return lines
 
 
 def render(json_path: Path) -> Path:
@@ -289,9 +301,7 @@ def markdown(report: dict) -> str:
                          f"{_mib(p['rss_peak_bytes'])} |")
         lines += ["", ("Speedup = peer median / speechlens median. Parity: waveform relative RMSE "
                       "of the peer's output against speechlens's (expected <= 1e-4).")]
-    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
-    for t in report.get("targets", []):
-        lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
+    lines += _targets_table(report)
     return "\n".join(lines) + "\n"
 
 
@@ -355,7 +365,5 @@ def startup_markdown(report: dict) -> str:
                   (f"Speedup (peer median / speechlens median): {s['speedup']:.2f}x. Parity: "
                    f"waveform relative RMSE of the peer's output against speechlens's "
                    f"{s['parity_rel_rmse']:.1e}.")]
-    lines += ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
-    for t in report.get("targets", []):
-        lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
+    lines += _targets_table(report)
     return "\n".join(lines) + "\n"

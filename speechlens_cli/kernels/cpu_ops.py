@@ -29,11 +29,11 @@ def _unit_last(v: np.ndarray) -> np.ndarray:
     return v if v.strides[-1] == v.itemsize else np.ascontiguousarray(v)
 
 
-def _output_like(shape, *inputs: mx.array) -> tuple[mx.array, np.ndarray] | None:
-    """A fresh MLX array to write the result into (evaluated with the inputs), with a writable
-    NumPy view of its buffer; None if MLX did not give it its own contiguous buffer."""
+def _output_like(shape) -> tuple[mx.array, np.ndarray] | None:
+    """A fresh MLX array to write the result into (evaluated), with a writable NumPy view of
+    its buffer; None if MLX did not give it its own contiguous buffer."""
     out = mx.zeros(shape, mx.float32)
-    mx.eval(out, *inputs)
+    mx.eval(out)
     view = _view(out)
     if view.flags.c_contiguous and view.flags.writeable:
         return out, view

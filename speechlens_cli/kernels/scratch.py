@@ -69,7 +69,8 @@ class Lending:
         view, base = np.asarray(out), np.asarray(flat)
         if not (view.flags.c_contiguous and view.flags.writeable
                 and view.ctypes.data == base.ctypes.data):
-            return None  # MLX copied instead of viewing: not this buffer's memory
+            free.append(flat)  # MLX copied instead of viewing: not this buffer's memory
+            return None
         self.lent.append(flat)
         return out, view
 
