@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import av
@@ -255,3 +257,25 @@ def test_a_folder_of_media_is_a_batch(tmp_path, media_files, tiny_checkpoint):
     result = invoke("enhance", folder, tmp_path / "out", "--model", tiny_checkpoint, "-q")
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["memo.m4a", "podcast.mp3"]
+
+
+_LOADS_PYAV = """
+import sys
+from speechlens_cli.cli import main
+main(sys.argv[1:], standalone_mode=False)
+print("av" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("kind", "suffix", "loaded"), [("wav", ".flac", False),
+                                                         ("m4a", ".m4a", True)])
+def test_pyav_is_imported_only_for_media_files(tmp_path, audio_dir, media_files,
+                                               tiny_checkpoint, kind, suffix, loaded):
+    """PyAV's import costs a run 50-200 ms: a WAV to FLAC run never pays it, a media file does."""
+    source = audio_dir / "mono_16000_pcm24.wav" if kind == "wav" else media_files[kind]
+    run = subprocess.run(
+        [sys.executable, "-c", _LOADS_PYAV, "enhance", "--model", str(tiny_checkpoint), "-q",
+         str(source), str(tmp_path / f"out{suffix}")],
+        capture_output=True, text=True, check=True)
+    assert run.stdout.strip().splitlines()[-1] == str(loaded)
+    assert (tmp_path / f"out{suffix}").is_file()

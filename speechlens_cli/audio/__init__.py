@@ -19,11 +19,10 @@ from .formats import (
 from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_finite
 from .outputs import atomic_output, check_writable, nearest_existing, same_file
 from .read import open_reader, read_block, read_info
-from .remux import check_copies_fit
 from .sink import Sink
 from .streams import copy_to_stream, detach_stdout, spooled_stdin, stdout_folder, write_line
 from .tree import Skipped, TreeScan, scan_tree
-from .writers import open_sink
+from .writers import check_copies_fit, open_sink
 
 __all__ = [
     "MAX_CHANNELS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped", "TreeScan",

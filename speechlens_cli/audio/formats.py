@@ -11,12 +11,11 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import av
 import numpy as np
 import soundfile as sf
 
 from ..errors import OutputError, UsageError
-from . import libsndfile, pyav
+from . import libsndfile
 from .containers import CODECS, CONTAINERS, LOSSY_BIT_RATE_PER_CHANNEL, container_for_suffix
 from .info import AudioInfo
 from .libsndfile import native_stderr_silenced
@@ -156,7 +155,8 @@ def _bit_rate(subtype: str, info: AudioInfo) -> int | None:
 def container_subtypes(fmt: str) -> list[str]:
     """The encodings a container holds, at some rate and channel count."""
     if fmt in CONTAINERS:
-        return [c for c in CONTAINERS[fmt].codecs if CODECS[c].encoder in av.codecs_available]
+        from .pyav import encoders
+        return [c for c in CONTAINERS[fmt].codecs if CODECS[c].encoder in encoders()]
     return [s for s in sf.available_subtypes(fmt) if sf.check_format(fmt, s)]
 
 
@@ -181,6 +181,7 @@ def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
     frame written to memory and read back with its rate and channel count: some containers take
     any rate and keep another (XI: 44.1 kHz; WVE: 8 kHz; HTK rounds 48 kHz)."""
     if fmt in CONTAINERS:
+        from . import pyav
         codec = CODECS.get(subtype)
         return (subtype in CONTAINERS[fmt].codecs and codec is not None
                 and codec.encoder is not None

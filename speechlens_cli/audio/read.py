@@ -13,7 +13,7 @@ import numpy as np
 import soundfile as sf
 
 from ..errors import AudioInputError
-from . import libsndfile, media
+from . import libsndfile
 from .containers import media_suffixes
 from .info import AudioInfo, check_channels, check_finite
 from .libsndfile import native_stderr_silenced
@@ -27,6 +27,12 @@ _MISLEADING_REASON = "File does not exist or is not a regular file"
 #: Frame counts from here up mean "not recorded" (libsndfile reports SF_COUNT_MAX for a FLAC
 #: streamed without a length); soundfile cannot read such a file past its first block.
 _UNKNOWN_FRAMES = 1 << 62
+
+
+def _media():
+    """The PyAV reader, imported on the first media file (a WAV or FLAC run never needs it)."""
+    from . import media
+    return media
 
 
 def decode_error(name: str, error: Exception) -> AudioInputError:
@@ -52,7 +58,7 @@ def read_info(path: str | os.PathLike, name: str | None = None,
     if path.stat().st_size == 0:
         raise AudioInputError(f"{name}: is empty (0 bytes)")
     if path.suffix.lower() in media_suffixes():
-        return media.probe(path, name, track)
+        return _media().probe(path, name, track)
     try:
         with native_stderr_silenced():
             info = sf.info(libsndfile.native_path(path))
@@ -62,7 +68,7 @@ def read_info(path: str | os.PathLike, name: str | None = None,
             reason = "format not recognised"
         if "not recognised" in reason and not _libsndfile_suffix(path):
             with contextlib.suppress(AudioInputError):
-                return media.probe(path, name, track)
+                return _media().probe(path, name, track)
         raise AudioInputError(f"{name}: not a readable audio file ({reason})") from None
     if info.frames <= 0:
         raise AudioInputError(f"{name}: contains no audio frames")
@@ -94,7 +100,7 @@ def open_reader(path: str | os.PathLike, name: str,
     spares reading the header (or decoding a media track) again."""
     info = info or read_info(path, name)
     if info.media is not None:
-        with media.media_reader(info, name) as reader:
+        with _media().media_reader(info, name) as reader:
             yield reader, info
         return
     try:
@@ -129,5 +135,5 @@ def readable(path: Path) -> bool:
         with native_stderr_silenced():
             sf.info(libsndfile.native_path(path))
     except libsndfile.ERRORS:
-        return not _libsndfile_suffix(path) and media.has_audio(path)
+        return not _libsndfile_suffix(path) and _media().has_audio(path)
     return True

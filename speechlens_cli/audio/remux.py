@@ -45,9 +45,7 @@ def _add_copy(out: av.container.OutputContainer, stream: av.stream.Stream,
 def check_copies_fit(info: AudioInfo, output: OutputFormat, shown: str) -> None:
     """At planning, before any model runs: every stream to be copied fits the output container
     (an MP4 subtitle does not fit Matroska), tried on a container in memory that is never
-    written."""
-    if not output.is_media or info.media is None:
-        return
+    written. `output` is a media container and `info` a media input's."""
     with av.open(pyav.native_path(info.media.source)) as source, \
             av.open(io.BytesIO(), "w", format=CONTAINERS[output.format].muxer) as trial:
         for stream in source.streams:

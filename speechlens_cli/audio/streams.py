@@ -14,11 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-import av
 import soundfile as sf
 
 from ..errors import AudioInputError, OutputError
-from . import libsndfile, owners, pyav
+from . import libsndfile, owners
 from .containers import container_for_file
 from .libsndfile import native_stderr_silenced
 
@@ -101,6 +100,9 @@ def _media_start(first: bytes) -> bool:
     box, may come only at the end of a phone recording)."""
     if first[4:8] == b"ftyp":
         return True
+    import av
+
+    from . import pyav
     try:
         with av.open(io.BytesIO(first)) as container:
             return bool(container.streams.audio) \
