@@ -129,7 +129,7 @@ def test_profile_times_every_component_and_restores_the_model(tiny_checkpoint):
     # else one per time tile of each of the four layers (scheduling.time_tiles)
     params = model.config.stft_params(16000)
     frames, bins = 1 + len(audio) // params.hop + 2, params.n_bins + 2  # + the 2-sample pad
-    tiles = sum(len(scheduling.time_tiles(frames, 4 * bins * width * (i + 1) * 4))
+    tiles = sum(len(scheduling.time_tiles(frames, bins, width * (i + 1), 3))
                 for i in range(4))
     direct = kernels.backend() == "cpu" and kernels.cpu_library() is not None
     assert calls["encoder conv 3x3 (dense block, dilated)"] == (4 if direct else tiles)

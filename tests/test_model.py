@@ -163,7 +163,7 @@ def test_time_tiled_dense_blocks_match_reference_and_one_tile(tiny_model, tiny_w
     frames = 1 + x.shape[1] // tiny_model.config.stft_params(sample_rate).hop
     monkeypatch.setattr(layers.kernels, "conv2d", lambda *args: None)
     monkeypatch.setattr(scheduling, "TILE_BYTES", {"cpu": 1, "gpu": 1})
-    assert len(scheduling.time_tiles(frames + 2, 4 * 64 * 16)) >= frames // 16  # 16-row tiles
+    assert len(scheduling.time_tiles(frames + 2, 16, 64, 3)) >= frames // 16  # 16-row tiles
     tiled = np.array(tiny_model.enhance(x, sample_rate))[0]
     expected = ref.reference_enhance(tiny_weights, TINY_CONFIG,
                                      np.array(x[0]).astype(np.float64), sample_rate)

@@ -153,10 +153,10 @@ FUNCTIONS = (
 )
 
 
-#: The module methods the model calls: __call__, and Conv2d.direct (a conv read straight from
-#: its input planes, which the dense blocks try first; where it returns None, the backend has
-#: no such kernel and the call is not counted).
-TIMED_METHODS = ("__call__", "direct")
+#: The module methods the model calls: __call__; Conv2d.direct (a conv read straight from its
+#: input planes, which the dense blocks try first; where it returns None, the backend has no
+#: such kernel and the call is not counted); Conv2d.of_padded (a dense layer's time tile).
+TIMED_METHODS = ("__call__", "direct", "of_padded")
 
 
 @contextmanager

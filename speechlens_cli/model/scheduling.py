@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-#: A dense layer's time tile is sized so that its conv input and kernel-width taps take about
-#: this many bytes; the full-resolution encoder then never holds the concatenation of all
-#: earlier outputs, or its taps, for the whole window (30 s at 48 kHz: 5.9 GB and 17.8 GB).
-#: The CPU wants tiles that stay in cache (encoder at 5 s / 16 kHz: 5.2 s with 16 MB tiles,
-#: 7.1 s with 64 MB); a GPU wants few large ones (5 s / 44.1 kHz on an H200: 235 ms with
-#: 256 MB tiles, 273 ms with 64 MB). Measured; both keep parity.
+#: A dense layer's time tile is sized so that its kernel-width taps take about this many bytes
+#: (a tile builds nothing else: it reads the earlier outputs, kept padded, in place); the
+#: full-resolution encoder then never holds the concatenation of all earlier outputs, or its
+#: taps, for the whole window (30 s at 48 kHz: 5.9 GB and 17.8 GB). The CPU wants tiles that
+#: stay in cache (encoder at 5 s / 16 kHz: 5.2 s with 16 MB tiles, 7.1 s with 64 MB); a GPU
+#: wants few large ones (5 s / 44.1 kHz on an H200: 235 ms with 256 MB tiles, 273 ms with
+#: 64 MB). Measured; both keep parity.
 TILE_BYTES = {"cpu": 16 * 2**20, "gpu": 256 * 2**20}
 
 def bound_pending(current: mx.array, previous: mx.array | None) -> None:
@@ -48,18 +49,21 @@ def joined(parts: list[mx.array], axis: int) -> mx.array:
     return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=axis)
 
 
-def time_tiles(frames: int, bytes_per_frame: int) -> list[tuple[int, int]]:
-    """Time tiles of a dense layer, sized for the default device (TILE_BYTES)."""
-    return tiles(frames, bytes_per_frame,
+def time_tiles(frames: int, width: int, in_channels: int,
+               kernel_width: int) -> list[tuple[int, int]]:
+    """Time tiles of a dense layer, sized for the default device (TILE_BYTES) by its tiles'
+    kernel-width taps: float32, `kernel_width` * `in_channels` per cell of `width` cells a frame."""
+    return tiles(frames, 4 * width * in_channels * kernel_width,
                  TILE_BYTES["cpu" if mx.default_device() == mx.cpu else "gpu"])
 
 
-def rows_with_halo(x: mx.array, start: int, end: int, halo: int) -> mx.array:
-    """Rows [start - halo, end + halo) of x [B, T, F, C], zeros outside the plane."""
+def rows_with_halo(x: mx.array, start: int, end: int, halo: int, width_pad: int = 0) -> mx.array:
+    """Rows [start - halo, end + halo) of x [B, T, F, C], zeros outside the plane, and
+    `width_pad` zero columns on each side."""
     frames = x.shape[1]
     lo, hi = max(start - halo, 0), min(end + halo, frames)
     rows = x[:, lo:hi]
     before, after = lo - (start - halo), (end + halo) - hi
-    if before or after:
-        rows = mx.pad(rows, [(0, 0), (before, after), (0, 0), (0, 0)])
+    if before or after or width_pad:
+        rows = mx.pad(rows, [(0, 0), (before, after), (width_pad, width_pad), (0, 0)])
     return rows
