@@ -12,7 +12,7 @@ wrapped for the duration of the run:
 
 So each component's time is its own work, and a container module's own time is the glue between
 its children (slices, residual adds, concatenations, transposes). The per-component
-barriers exist only here (the model's own bound on pending work, scheduling.bound_pending, stays as
+barriers exist only here (the model's own bound on pending work, scheduling.Pending, stays as
 it is): the model code is untouched (wrapping swaps each module's class for a timed subclass and
 puts it back afterwards), so the profile follows whatever the model does now, including kernel
 fusions. Barriers cost something (no cross-op scheduling, one synchronisation per component,

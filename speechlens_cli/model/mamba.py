@@ -11,7 +11,7 @@ from mlx.utils import tree_flatten
 
 from .. import kernels
 from .config import ModelConfig
-from .scheduling import in_turn, joined, tiles
+from .scheduling import Pending, in_turn, joined, tiles
 
 #: A BiMamba takes its sequences in groups whose in_proj output (both directions) is about
 #: this size, so a pending TF block on a GPU holds two groups, not every intermediate of the
@@ -161,19 +161,23 @@ class TFMambaBlock(nn.Module):
         self.time_mamba = BiMamba(cfg)
         self.freq_mamba = BiMamba(cfg)
 
-    def __call__(self, x: mx.array, strict: bool) -> mx.array:
+    def __call__(self, x: mx.array, strict: bool, pending: Pending | None = None) -> mx.array:
+        """`pending`: the chain the caller bounds its device work with (the TF stack's), which
+        each group of sequences joins; a chain of its own if None."""
+        pending = Pending() if pending is None else pending
         batch, frames, bins, channels = x.shape
         along_time = x.transpose(0, 2, 1, 3).reshape(batch * bins, frames, channels)
-        along_time = self._residual_in_groups(self.time_mamba, along_time, strict)
+        along_time = self._residual_in_groups(self.time_mamba, along_time, strict, pending)
         x = along_time.reshape(batch, bins, frames, channels).transpose(0, 2, 1, 3)
         along_freq = x.reshape(batch * frames, bins, channels)
-        along_freq = self._residual_in_groups(self.freq_mamba, along_freq, strict)
+        along_freq = self._residual_in_groups(self.freq_mamba, along_freq, strict, pending)
         return along_freq.reshape(batch, frames, bins, channels)
 
     @staticmethod
-    def _residual_in_groups(mamba: BiMamba, seqs: mx.array, strict: bool) -> mx.array:
+    def _residual_in_groups(mamba: BiMamba, seqs: mx.array, strict: bool,
+                            pending: Pending) -> mx.array:
         """mamba(seqs) + seqs, over groups of sequences (independent of each other)."""
         inner = mamba.forward_blocks.in_proj.weight.shape[0]  # one direction's x and z
         groups = tiles(seqs.shape[0], 4 * seqs.shape[1] * 2 * inner, GROUP_BYTES)
-        return joined(list(in_turn(mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups)),
-                      axis=0)
+        return joined(list(in_turn((mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups),
+                                   pending)), axis=0)

@@ -9,7 +9,7 @@ from .. import kernels
 from .codec import DenseEncoder, MagnitudeDecoder, PhaseDecoder
 from .config import ModelConfig
 from .mamba import TFMambaBlock
-from .scheduling import bound_pending
+from .scheduling import Pending
 from .stft import istft, stft
 
 #: A frame whose enhanced magnitude is zero in more than this share of bins is silenced.
@@ -33,11 +33,11 @@ class SEMamba(nn.Module):
         x = mx.stack([magnitude, phase], axis=-1)
         x = mx.pad(x, [(0, 0), (0, 2), (0, 2), (0, 0)])  # the 2-sample "anti-error" T/F pad
         x = self.dense_encoder(x)
-        previous = None
+        pending = Pending()
+        pending.add(x)
         with kernels.scratch_pool():
             for block in self.TSMamba:
-                bound_pending(x, previous)
-                previous, x = x, block(x, strict)
+                x = block(x, strict, pending)
         magnitude = self.mask_decoder(x)[:, :frames, :bins]
         phase = self.phase_decoder(x)[:, :frames, :bins]
         return magnitude, phase
