@@ -22,9 +22,8 @@ class Pending:
     `add` schedules a stage, then waits for the one before it: the device keeps working on the
     new stage while Python builds the next, so the bound costs no idle time, unlike a plain
     mx.eval per stage (+9% at 5 s / 44.1 kHz on the H200). One chain runs through all the TF
-    blocks' BiMamba passes: a chain per block let a block's first pass start while the block
-    before still had one pending, three passes at once (5 s / 16 kHz on the H200: 1,283 MiB
-    peak where one pass alone needs 376 MiB above its input; measured).
+    blocks' BiMamba passes: with a chain per block, a block's first pass was scheduled while the
+    block before still had its last pass pending (three passes at once).
     """
 
     def __init__(self):
