@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#define SL_CPU_ABI_VERSION 5
+#define SL_CPU_ABI_VERSION 6
 #ifndef SL_SOURCE_HASH
 #define SL_SOURCE_HASH "unknown"  // setup.py and the run-time compile pass the hash of the sources
 #endif
@@ -647,14 +647,16 @@ __attribute__((visibility("default"))) int sl_cpu_conv2d(
 
 // out = a0 @ w0 (+ a1 @ w1) (+ bias) for nb batches of `rows` rows (sl_project_cpu.h). Strides
 // in elements: a (batch, row) with unit column stride, w (batch, k, column), out (batch, row)
-// with unit column stride, bias one stride; a1/w1 null for one term, bias null for none.
+// with unit column stride, bias one stride; a1/w1 null for one term, bias null for none;
+// norm_w/norm_b ([n], contiguous) a LayerNorm of each output row with norm_eps, or both null.
 // Returns 0, or a negative code for arguments it cannot handle.
 __attribute__((visibility("default"))) int sl_cpu_project(
     const float* a0, const int64_t* sa0, int64_t k0, const float* w0, const int64_t* sw0,
     const float* a1, const int64_t* sa1, int64_t k1, const float* w1, const int64_t* sw1,
     const float* bias, int64_t sbias, float* out, const int64_t* so, int64_t nb, int64_t rows,
-    int64_t n, int nthreads, int isa) {
+    int64_t n, const float* norm_w, const float* norm_b, float norm_eps, int nthreads, int isa) {
   if (k0 <= 0 || n <= 0 || (a1 != nullptr && k1 <= 0)) return -1;
+  if ((norm_w == nullptr) != (norm_b == nullptr)) return -1;
   if (nb <= 0 || rows <= 0) return 0;
   isa = resolve_isa(isa);
   int64_t ob = kTileColumns_generic;
@@ -699,6 +701,9 @@ __attribute__((visibility("default"))) int sl_cpu_project(
     a.ldo = so[1];
     a.rows = rows;
     a.n = n;
+    a.norm_w = norm_w;
+    a.norm_b = norm_b;
+    a.norm_eps = norm_eps;
     parallel_for(blocks, nthreads, [&a, isa, P, ob, narrow](int64_t begin, int64_t end) {
       std::vector<float> scratch((size_t)(P * ob));
 #ifdef SL_HAVE_X86_ISAS

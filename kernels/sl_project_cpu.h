@@ -7,11 +7,14 @@
 // columns, each term sums its K inputs through the tile into the rows' outputs (the first from
 // the bias, or 0). The weights are packed once per call into column panels [K][OB] (zero
 // columns past N), so a tile reads them contiguously. Each output sums the bias, then each
-// term in order, whatever the thread count.
+// term in order, whatever the thread count. Optionally a LayerNorm of each output row follows
+// while the row block is still in cache (the BiMamba merge's: MLX's own LayerNorm took 2-3 ms
+// per merge at 5 s / 16 kHz, single-threaded; measured).
 #ifndef SL_PROJECT_CPU_H
 #define SL_PROJECT_CPU_H
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -34,7 +37,49 @@ struct Args {
   const float* start;  // what each output starts from: the bias, or zeros, padded to whole panels
   float* out;          // rows of n outputs, row stride ldo, unit column stride
   int64_t ldo, rows, n;
+  const float* norm_w;  // a LayerNorm over each output row, with weight and bias [n] (unit
+  const float* norm_b;  // stride); null: none
+  float norm_eps;
 };
+
+template <typename V>
+SL_FN float lane_sum(V v) {
+  float s = 0.0f;
+  for (int i = 0; i < sl_cpu::traits<V>::lanes; ++i) s += v[i];
+  return s;
+}
+
+// In place over `valid` rows at o (stride ldo) of n values: (x - mean) / sqrt(var + eps) * w + b,
+// the mean and the (biased) variance of the row itself, in float32, two passes. Each row alone,
+// in a fixed order: the result does not depend on the thread count.
+template <typename V>
+SL_FN void layer_norm_rows(float* o, int64_t ldo, int valid, int64_t n, const float* w,
+                           const float* b, float eps) {
+  constexpr int L = sl_cpu::traits<V>::lanes;
+  const int64_t nv = n / L * L;
+  for (int q = 0; q < valid; ++q) {
+    float* row = o + q * ldo;
+    V acc = sl_cpu::splat<V>(0.0f);
+    for (int64_t j = 0; j < nv; j += L) acc = acc + SL_LOAD(V, row + j);
+    float sum = lane_sum(acc);
+    for (int64_t j = nv; j < n; ++j) sum += row[j];
+    const float mean = sum / (float)n;
+    const V m = sl_cpu::splat<V>(mean);
+    V acc2 = sl_cpu::splat<V>(0.0f);
+    for (int64_t j = 0; j < nv; j += L) {
+      const V d = SL_LOAD(V, row + j) - m;
+      acc2 = acc2 + d * d;
+    }
+    float squares = lane_sum(acc2);
+    for (int64_t j = nv; j < n; ++j) squares += (row[j] - mean) * (row[j] - mean);
+    const float scale = 1.0f / std::sqrt(squares / (float)n + eps);
+    const V s = sl_cpu::splat<V>(scale);
+    for (int64_t j = 0; j < nv; j += L) {
+      SL_STORE(row + j, (SL_LOAD(V, row + j) - m) * s * SL_LOAD(V, w + j) + SL_LOAD(V, b + j));
+    }
+    for (int64_t j = nv; j < n; ++j) row[j] = (row[j] - mean) * scale * w[j] + b[j];
+  }
+}
 
 // Packs w (element (k, j) at w[k * swk + j * swj]) into panels of OB columns.
 inline void pack(const float* w, int64_t swk, int64_t swj, int64_t k, int64_t n, int ob,
@@ -74,6 +119,9 @@ SL_FN void row_blocks(const Args& a, int64_t begin, int64_t end, float* scratch)
           std::memcpy(a.out + (m0 + q) * a.ldo + col, scratch + q * OB, width * sizeof(float));
         }
       }
+    }
+    if (a.norm_w != nullptr) {
+      layer_norm_rows<V>(a.out + m0 * a.ldo, a.ldo, valid, a.n, a.norm_w, a.norm_b, a.norm_eps);
     }
   }
 }

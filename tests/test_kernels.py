@@ -599,15 +599,50 @@ def test_cpu_project_matches_float64(isa, rows, ks, n, batch, bias):
     assert _rel_rms(out, want) <= RTOL_PROJECT
 
 
+def _layer_norm64(y: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: float) -> np.ndarray:
+    mean = y.mean(axis=-1, keepdims=True)
+    var = ((y - mean) ** 2).mean(axis=-1, keepdims=True)
+    return (y - mean) / np.sqrt(var + eps) * weight + bias
+
+
+@pytest.mark.parametrize("isa", [None, 0, *sorted(ISA_NAMES)])
+@pytest.mark.parametrize("rows,ks,n", [
+    (13, (64, 512), 64),  # the merge: two terms, then the BiMamba's LayerNorm
+    (29, (64,), 36),  # columns past the last whole vector and column block
+    (3, (3,), 5),  # fewer columns than a vector
+])
+def test_project_with_layer_norm_matches_float64(isa, rows, ks, n):
+    """kernels.project's LayerNorm of each output row (isa None: the default path of this
+    backend; else the CPU library's build for that ISA) against float64."""
+    rng = np.random.default_rng(rows * n)
+    a = [rng.standard_normal((2, rows, k)).astype(np.float32) for k in ks]
+    w = [(rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32) for k in ks]
+    b, gain, shift = (rng.standard_normal(n).astype(np.float32) for _ in range(3))
+    terms = [(mx.array(x), mx.array(y)) for x, y in zip(a, w, strict=True)]
+    norm = kernels.LayerNormSpec(mx.array(gain), mx.array(shift), 1e-5)
+    if isa is None:
+        out = kernels.project(terms, mx.array(b), norm)
+    else:
+        lib = kernels.cpu_library()
+        if lib is None or (isa and lib.isa(isa) != isa):
+            pytest.skip(f"no CPU library build for ISA {isa} here")
+        out = cpu_ops.cpu_project(terms, mx.array(b), norm, isa=isa)
+    want = _layer_norm64(sum(x.astype(np.float64) @ y for x, y in zip(a, w, strict=True)) + b,
+                         gain, shift, 1e-5)
+    assert _rel_rms(np.array(out), want) <= RTOL_PROJECT
+
+
 @needs_cpu_library
-def test_cpu_project_is_the_same_on_one_and_two_threads(monkeypatch):
+@pytest.mark.parametrize("layer_norm", [False, True])
+def test_cpu_project_is_the_same_on_one_and_two_threads(layer_norm, monkeypatch):
     rng = np.random.default_rng(70)
     terms = [(mx.array(rng.standard_normal((41, 64)).astype(np.float32)),
               mx.array(rng.standard_normal((64, 48)).astype(np.float32)))]
+    norm = kernels.LayerNormSpec(mx.ones((48,)), mx.zeros((48,)), 1e-5) if layer_norm else None
     runs = []
     for threads in ("1", "2"):
         monkeypatch.setenv(kernels.CPU_THREADS_ENV, threads)
-        runs.append(np.array(kernels.project(terms)))
+        runs.append(np.array(kernels.project(terms, None, norm)))
     assert np.array_equal(runs[0].view(np.uint32), runs[1].view(np.uint32))
 
 

@@ -129,9 +129,8 @@ def module_label(path: str, module) -> tuple[str, str]:
             return "TF-block glue (rearranges, outer residual adds)", TFBLOCK
         if len(parts) == 2:
             return "BiMamba glue (weight lookup)", BIMAMBA
-        if cls == "LayerNorm":
-            return "BiMamba LayerNorm", BIMAMBA
-        # the per-direction parameter modules are not called: the functions below run both
+        # the per-direction parameter modules and the LayerNorm (the merge applies it) are not
+        # called: the functions below run both
         return f"Mamba {leaf} ({cls})", MAMBA
     return f"{'.'.join(parts)} ({cls})", OTHER
 
@@ -144,7 +143,8 @@ FUNCTIONS = (
     (mamba, "project_in", _matmul("Mamba in_proj, both directions (x2)", 1, "in_x"), MAMBA),
     (mamba, "project_x", _matmul("Mamba x_proj, both directions (batched)", 1, "x_proj"),
      MAMBA),
-    (mamba, "merge", _matmul("BiMamba merge: out_projs folded into output_proj", 2, "merge_y"),
+    (mamba, "merge",
+     _matmul("BiMamba merge: out_projs folded into output_proj, then LayerNorm", 2, "merge_y"),
      BIMAMBA),
     (nn, "silu", "SiLU (unfused, MLX ops)", MAMBA),
     (semamba, "stft", "STFT (frames, rfft, log1p |X|, atan2)", WAVE),

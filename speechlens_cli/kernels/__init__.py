@@ -19,8 +19,10 @@ Public functions keep the signatures the model code calls:
 
 * ``causal_conv1d(x [B,L,D], weight [D,4,1], bias [D]) -> [B,L,D]``
 * ``selective_scan(u, delta_raw, A_log, B, C, D, z, strict=False) -> y * SiLU(z)``
-* ``project(terms, bias=None) -> sum(a @ w) + bias``: the model's projections (MLX's matmul;
-  on CUDA, opt-in, a float32-accurate tensor-core kernel: ``cuda_projection``)
+* ``project(terms, bias=None, norm=None) -> sum(a @ w) + bias``, then an optional LayerNorm of
+  each row (``LayerNormSpec``): the model's projections (the CPU library's register tiles on the
+  CPU; MLX's matmul elsewhere, on CUDA, opt-in, a float32-accurate tensor-core kernel:
+  ``cuda_projection``)
 * ``conv2d(planes, weight, bias, padding, dilation)``: on the CPU, the encoder's and decoders'
   stride-1 convolutions read straight from their input planes (``kernels/sl_conv2d_cpu.h``);
   None elsewhere
@@ -65,7 +67,7 @@ if _version_tuple(mx.__version__) < MIN_MLX_VERSION:
 # The public names, importable as speechlens_cli.kernels.NAME.
 from .build import CPU_COMPILE_FLAGS  # noqa: E402
 from .compiler import compile_cpu_library, find_cxx  # noqa: E402
-from .contract import CONV_WIDTH, D_STATE, KernelInputError  # noqa: E402
+from .contract import CONV_WIDTH, D_STATE, KernelInputError, LayerNormSpec  # noqa: E402
 from .cpu_binding import CPU_THREADS_ENV, cpu_library, cpu_threads, usable_cores  # noqa: E402
 from .cpu_ops import cpu_exp2_decay, cpu_exp_poly, instance_norm_prelu  # noqa: E402
 from .dispatch import (  # noqa: E402
@@ -89,7 +91,7 @@ from .sources import kernel_source_dir  # noqa: E402
 
 __all__ = [
     "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_THREADS_ENV", "DISABLE_CONV_ENV",
-    "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError",
+    "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError", "LayerNormSpec",
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "bimamba_conv",
     "bimamba_scan", "causal_conv1d", "conv2d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",

@@ -17,7 +17,7 @@ CPU_ENTRY = "cpu_kernels.cpp"
 CPU_SOURCES = (CPU_ENTRY, "sl_backend_cpu.h", "sl_tile_cpu.h", "sl_conv2d_cpu.h",
                "sl_project_cpu.h", "sl_mamba.h")
 #: Bumped together with SL_CPU_ABI_VERSION in cpu_kernels.cpp whenever an entry point changes.
-CPU_ABI_VERSION = 5
+CPU_ABI_VERSION = 6
 #: No -ffast-math, and no fused multiply-adds: the CPU results must match the other backends'.
 CPU_COMPILE_FLAGS = ("-O3", "-std=c++17", "-ffp-contract=off", "-fPIC", "-fvisibility=hidden",
                      "-Wno-psabi", "-pthread")

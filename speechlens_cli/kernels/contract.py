@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import mlx.core as mx
 
 D_STATE = 16
@@ -104,6 +106,21 @@ def validate_bimamba_scan(u, x_dbl, z, A_log, D, dt_proj) -> None:
                    "A_log": (A_log, (2, channels, D_STATE)), "D": (D, (2, channels)),
                    "dt_proj weight": (weight, (2, channels, rank)),
                    "dt_proj bias": (bias, (2, channels))})
+
+
+@dataclass(frozen=True)
+class LayerNormSpec:
+    """A LayerNorm over the last axis of a projection's output (dispatch.project's `norm`):
+    (x - mean) / sqrt(var + eps) * weight + bias, with weight and bias [N]."""
+
+    weight: mx.array
+    bias: mx.array
+    eps: float
+
+    def fits(self, n: int) -> bool:
+        """Whether a kernel can apply it to N columns: float32 weight and bias of shape [N]."""
+        return all(tuple(p.shape) == (n,) and p.dtype == mx.float32
+                   for p in (self.weight, self.bias))
 
 
 def projection_geometry(terms, bias) -> tuple[int, int, int] | None:

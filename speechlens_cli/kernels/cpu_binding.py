@@ -21,7 +21,7 @@ CPU_THREADS_ENV = "SPEECHLENS_CPU_THREADS"
 #: sl_cpu_selective_scan's flags bit: walk (batch, channel group) units as GPU threads do.
 SCAN_THREAD_ORDER = 1
 
-_VP, _I64, _INT = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int
+_VP, _I64, _INT, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _I64P = ctypes.POINTER(ctypes.c_int64)
 _ISA_NAMES = {0: "generic (4 lanes)", 1: "AVX2 (8 lanes)", 2: "AVX-512 (16 lanes)"}
 _ISA_LANES = {2: 16, 1: 8}
@@ -68,7 +68,8 @@ _PROJECT_PARAMS = (
     ("a0", _VP), ("a0_strides", _I64P), ("k0", _I64), ("w0", _VP), ("w0_strides", _I64P),
     ("a1", _VP), ("a1_strides", _I64P), ("k1", _I64), ("w1", _VP), ("w1_strides", _I64P),
     ("bias", _VP), ("bias_stride", _I64), ("out", _VP), ("out_strides", _I64P),
-    ("batch", _I64), ("rows", _I64), ("columns", _I64), ("threads", _INT), ("isa", _INT),
+    ("batch", _I64), ("rows", _I64), ("columns", _I64), ("norm_weight", _VP),
+    ("norm_bias", _VP), ("norm_eps", _F32), ("threads", _INT), ("isa", _INT),
 )
 
 

@@ -11,7 +11,13 @@ import mlx.core as mx
 import numpy as np
 
 from . import scratch
-from .contract import CONV_WIDTH, D_STATE, in_time_order, projection_geometry
+from .contract import (
+    CONV_WIDTH,
+    D_STATE,
+    LayerNormSpec,
+    in_time_order,
+    projection_geometry,
+)
 from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
 from .fallback import two_direction_delta_raw
 
@@ -244,16 +250,19 @@ def cpu_conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, 
 
 
 def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
-                isa: int = -1) -> mx.array | None:
+                norm: LayerNormSpec | None = None, isa: int = -1) -> mx.array | None:
     """sum(a @ w for a, w in terms) + bias (dispatch.project's operands: one or two terms, w
-    [K, N] or [NB, K, N] with a [NB, ..., K]) by the CPU library's register tiles; None where
-    the library is unavailable or does not take the operands."""
+    [K, N] or [NB, K, N] with a [NB, ..., K]) by the CPU library's register tiles, then
+    `norm`'s LayerNorm of each output row if given; None where the library is unavailable or
+    does not take the operands."""
     lib = cpu_library()
     geometry = projection_geometry(terms, bias)
-    if lib is None or geometry is None:
+    if lib is None or geometry is None or (norm is not None and not norm.fits(geometry[0])):
         return None
     n, nb, rows = geometry
     arrays = [x for term in terms for x in term] + ([bias] if bias is not None else [])
+    if norm is not None:
+        arrays += [norm.weight, norm.bias]
     out, ov = _fresh((nb, rows, n), *arrays)
     views = []
     for a, w in terms:
@@ -263,6 +272,7 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     (a0, w0), (a1, w1) = views[0], views[-1]
     two = len(views) == 2
     bv = None if bias is None else _view(bias)
+    nw, nbias = (None, None) if norm is None else (_view(norm.weight), _view(norm.bias))
     rc = lib.project(
         a0=a0.ctypes.data, a0_strides=_strides(a0), k0=a0.shape[2], w0=w0.ctypes.data,
         w0_strides=_strides(w0), a1=a1.ctypes.data if two else None,
@@ -270,7 +280,10 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
         w1=w1.ctypes.data if two else None, w1_strides=_strides(w1),
         bias=None if bv is None else bv.ctypes.data,
         bias_stride=0 if bv is None else bv.strides[0] // 4, out=ov.ctypes.data,
-        out_strides=_strides(ov), batch=nb, rows=rows, columns=n, threads=cpu_threads(), isa=isa)
+        out_strides=_strides(ov), batch=nb, rows=rows, columns=n,
+        norm_weight=None if nw is None else nw.ctypes.data,
+        norm_bias=None if nbias is None else nbias.ctypes.data,
+        norm_eps=0.0 if norm is None else norm.eps, threads=cpu_threads(), isa=isa)
     if rc != 0:
         raise RuntimeError(f"sl_cpu_project returned {rc}")
     return _result(out, ov).reshape(*terms[0][0].shape[:-1], n)

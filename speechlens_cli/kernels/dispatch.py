@@ -11,6 +11,7 @@ from .contract import (
     CONV_WIDTH,
     D_STATE,
     KernelInputError,
+    LayerNormSpec,
     in_time_order,
     validate_bimamba_conv,
     validate_bimamba_scan,
@@ -207,28 +208,30 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
     return mx.concatenate(outs, axis=-1)
 
 
-def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None) -> mx.array:
-    """sum(a @ w for a, w in terms) + bias: the model's projections (one or two terms, weights
-    [K, N], or [NB, K, N] for a batch of NB row sets a [NB, ..., K]).
+def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None,
+            norm: LayerNormSpec | None = None) -> mx.array:
+    """sum(a @ w for a, w in terms) + bias, then `norm`'s LayerNorm of each output row if
+    given: the model's projections (one or two terms, weights [K, N], or [NB, K, N] for a batch
+    of NB row sets a [NB, ..., K]).
 
     On the CPU, the CPU library's register tiles (cpu_ops.cpu_project: 2-3x the BLAS at these
-    shapes); on CUDA with SPEECHLENS_CUDA_PROJECTION=1, one kernel at float32 accuracy on the
-    tensor cores (cuda_projection.py: opt-in, it measured level with cuBLAS); elsewhere MLX's
-    matmul, the terms added in order."""
+    shapes), the LayerNorm applied to each row block while it is in cache; on CUDA with
+    SPEECHLENS_CUDA_PROJECTION=1, one kernel at float32 accuracy on the tensor cores
+    (cuda_projection.py: opt-in, it measured level with cuBLAS); elsewhere MLX's matmul, the
+    terms added in order. Without the CPU library, the LayerNorm is MLX's."""
     which = backend()
-    if which == "cuda" and cuda_projection.enabled():
-        y = cuda_projection.project(terms, bias)
-        if y is not None:
-            return y
     if which == "cpu":
-        y = cpu_project(terms, bias)
+        y = cpu_project(terms, bias, norm)
         if y is not None:
             return y
-    (a, w), rest = terms[0], terms[1:]
-    out = a @ w if bias is None else mx.addmm(bias, a, w)
-    for a, w in rest:
-        out = mx.addmm(out, a, w)
-    return out
+    y = cuda_projection.project(terms, bias) if (
+        which == "cuda" and cuda_projection.enabled()) else None
+    if y is None:
+        (a, w), rest = terms[0], terms[1:]
+        y = a @ w if bias is None else mx.addmm(bias, a, w)
+        for a, w in rest:
+            y = mx.addmm(y, a, w)
+    return y if norm is None else mx.fast.layer_norm(y, norm.weight, norm.bias, norm.eps)
 
 
 def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,

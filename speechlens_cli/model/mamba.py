@@ -76,11 +76,12 @@ def project_x(u: mx.array, weights: BiMambaWeights) -> mx.array:
     return rows.reshape(two, batch, length, -1)
 
 
-def merge(y: mx.array, x: mx.array, weights: BiMambaWeights) -> mx.array:
-    """output_proj(concat[out_proj(y_f) + x, out_proj(y_b) + x]) with the out_projs folded into
-    output_proj: y [B, L, 2D] (bimamba_scan's), x [B, L, d] -> [B, L, d] in one projection
-    of two terms."""
-    return kernels.project([(x, weights.merge_x), (y, weights.merge_y)], weights.merge_bias)
+def merge(y: mx.array, x: mx.array, weights: BiMambaWeights, norm: nn.LayerNorm) -> mx.array:
+    """norm(output_proj(concat[out_proj(y_f) + x, out_proj(y_b) + x])) with the out_projs folded
+    into output_proj: y [B, L, 2D] (bimamba_scan's), x [B, L, d] -> [B, L, d] in one projection
+    of two terms, the LayerNorm applied by the projection (on the CPU, in the same pass)."""
+    return kernels.project([(x, weights.merge_x), (y, weights.merge_y)], weights.merge_bias,
+                           kernels.LayerNormSpec(norm.weight, norm.bias, norm.eps))
 
 
 class BiMamba(nn.Module):
@@ -88,7 +89,7 @@ class BiMamba(nn.Module):
     by Linear + LayerNorm. Both directions run together: in_proj as two projections (conv inputs,
     gates), one conv and one scan launch (the backward direction reads the sequence from its
     end; nothing is flipped), one batched x_proj and one merge whose matmuls include the
-    out_projs."""
+    out_projs and whose projection applies the LayerNorm."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -106,8 +107,7 @@ class BiMamba(nn.Module):
             u = kernels.bimamba_conv(conv_in, w.conv_weight, w.conv_bias)
             y = kernels.bimamba_scan(u, project_x(u, w), gates, w.A_log, w.D,
                                      (w.dt_weight, w.dt_bias), strict=strict)
-            merged = scratch.result(lambda: merge(y, x, w))
-        return self.norm(merged)
+            return scratch.result(lambda: merge(y, x, w, self.norm))
 
     def _sources(self) -> tuple[mx.array, ...]:
         """Every parameter BiMambaWeights is derived from: both directions' and output_proj's."""
