@@ -272,7 +272,8 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     (a0, w0), (a1, w1) = views[0], views[-1]
     two = len(views) == 2
     bv = None if bias is None else _view(bias)
-    nw, nbias = (None, None) if norm is None else (_view(norm.weight), _view(norm.bias))
+    nw, nbias = (None, None) if norm is None else (_unit_last(_view(norm.weight)),
+                                                   _unit_last(_view(norm.bias)))
     rc = lib.project(
         a0=a0.ctypes.data, a0_strides=_strides(a0), k0=a0.shape[2], w0=w0.ctypes.data,
         w0_strides=_strides(w0), a1=a1.ctypes.data if two else None,
