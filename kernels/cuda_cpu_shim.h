@@ -121,6 +121,28 @@ inline void sl_mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&
   __syncthreads();
 }
 
+// sl_gemm_cuda.h's asynchronous copies (done at once here: the barriers that follow a wait on
+// the GPU order them the same way) and its warp shuffle (every thread of the block must call
+// it together: each lane posts its value, all meet, each reads its partner's, all meet again).
+inline void sl_cp_async16(float* dst, const float* src, bool valid) {
+  if (valid) {
+    std::memcpy(dst, src, 16);
+  } else {
+    std::memset(dst, 0, 16);
+  }
+}
+inline void sl_cp_async_commit() {}
+template <int PENDING>
+inline void sl_cp_async_wait() {}
+inline float sl_shfl_xor(float v, int mask) {
+  static float posted[SL_CPU_MAX_WARPS * 32];
+  posted[threadIdx.x] = v;
+  __syncthreads();
+  const float partner = posted[threadIdx.x ^ (unsigned)mask];
+  __syncthreads();
+  return partner;
+}
+
 // Runs fn() once per thread of a 1-D grid of `blocks` x `threads`, one block after the other,
 // the threads of a block concurrently (so they meet at __syncthreads).
 template <typename F>

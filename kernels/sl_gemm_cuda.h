@@ -9,10 +9,15 @@
 // float32 accumulators (the dropped lo*lo term is below float32's rounding of the product): three
 // tensor-core products per tile, which keeps the accuracy of a float32 product.
 //
-// Geometry: a block of 128 threads (4 warps, 2 x 2) computes a BM x BN tile of the output,
-// BM = 64, BN a multiple of 16 (each warp 32 x BN/2: 2 x BN/16 tiles of 16 x 8). K goes through
-// shared memory in slices of 32 as plain floats; each operand is split as its fragment is read
-// (integer rounding: full-rate ALU work, where cvt.rna runs at a fraction of that rate).
+// Geometry: a block of 256 threads (8 warps, 4 along rows x 2 along columns) computes a BM x BN
+// tile of the output, BM = 128, BN a multiple of 16 (each warp 32 x BN/2: 2 x BN/16 tiles of
+// 16 x 8). K goes through shared memory in slices of 16 as plain floats, copied asynchronously
+// (cp.async) three slices deep, so the next slices are in flight while one is multiplied; the
+// two terms of a two-term product are one sequence of slices, and each thread works out its
+// copies' addresses once (a slice adds its offset). Each operand is split as its fragment is
+// read (integer rounding: full-rate ALU work, where cvt.rna runs at a fraction of that rate).
+// The finished tile goes through shared memory, so every row leaves in 16-byte stores, with the
+// bias added and, where the block holds whole rows, the LayerNorm applied.
 //
 // Accuracy: the tensor core truncates its float32 sums, so one accumulator fed every product
 // of a long K drifts toward zero (measured on an H200: 4.4e-6 relative at K = 576, against
@@ -21,10 +26,12 @@
 #ifndef SL_GEMM_CUDA_H
 #define SL_GEMM_CUDA_H
 
-constexpr int SL_GEMM_THREADS = 128;
-constexpr int SL_GEMM_BM = 64;
-constexpr int SL_GEMM_BK = 32;
-constexpr int SL_GEMM_A_STRIDE = SL_GEMM_BK + 4;  // rows 4 banks apart: conflict-free fragments
+constexpr int SL_GEMM_THREADS = 256;  // the kernel is declared __launch_bounds__(256, 2)
+constexpr int SL_GEMM_MI_TILES = 2;  // 16-row mma tiles per warp
+constexpr int SL_GEMM_BM = 4 * 16 * SL_GEMM_MI_TILES;
+constexpr int SL_GEMM_BK = 16;
+constexpr int SL_GEMM_STAGES = 3;
+constexpr int SL_GEMM_A_STRIDE = SL_GEMM_BK + 4;  // rows 20 banks apart: conflict-free fragments
 
 // Shared-memory row stride of a BN-wide weight slice: 8 or 24 (mod 32) banks between rows, so a
 // warp's fragment loads (4 rows x 8 columns) hit 32 different banks.
@@ -41,13 +48,37 @@ SL_FN float sl_bits_float(unsigned u) { return __uint_as_float(u); }
 // Fragments (g = lane / 4, t = lane % 4): a = A[g][t], A[g+8][t], A[g][t+4], A[g+8][t+4];
 // b = B[t][g], B[t+4][g]; c = C[g][2t], C[g][2t+1], C[g+8][2t], C[g+8][2t+1].
 SL_FN void sl_mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
+
+// 16 bytes from global to shared memory without passing through registers (zeros when !valid:
+// nothing is read then), and the fences of such copies: commit closes a group of copies, wait
+// returns once at most PENDING of this thread's groups are still in flight.
+SL_FN void sl_cp_async16(float* dst, const float* src, bool valid) {
+  const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;"
+               :: "r"(to), "l"(src), "r"(valid ? 16 : 0) : "memory");
+}
+SL_FN void sl_cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int PENDING>
+SL_FN void sl_cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" :: "n"(PENDING) : "memory");
+}
+
+SL_FN float sl_shfl_xor(float v, int mask) { return __shfl_xor_sync(0xffffffffu, v, mask); }
 #endif
+
+// The sum of v over the warp's 32 lanes, the same in every lane (butterfly: every lane adds the
+// same pairs in the same order).
+SL_FN float sl_warp_sum(float v) {
+  SL_UNROLL
+  for (int mask = 16; mask > 0; mask /= 2) v = __fadd_rn(v, sl_shfl_xor(v, mask));
+  return v;
+}
 
 // x = hi + lo: hi is x rounded to TF32 (nearest, ties away from zero, by integer arithmetic on
 // its bits), lo the exact remainder, of which the tensor core reads the top 11 bits.
@@ -56,74 +87,109 @@ SL_FN void sl_tf32_split(float x, unsigned& hi, unsigned& lo) {
   lo = sl_float_bits(x - sl_bits_float(hi));
 }
 
-// The block's shared slices: A [BM][BK] and W [BK][BN] (padded rows).
+// The block's shared memory: STAGES slices of A [BM][BK] and W [BK][BN] (padded rows) while the
+// product runs, then the finished BM x BN tile.
 template <int BN>
 struct sl_gemm_smem {
-  float a[SL_GEMM_BM * SL_GEMM_A_STRIDE];
-  float w[SL_GEMM_BK * sl_gemm_w<BN>::stride];
+  static constexpr int out_stride = BN + 4;
+  union {
+    struct {
+      float a[SL_GEMM_STAGES][SL_GEMM_BM * SL_GEMM_A_STRIDE];
+      float w[SL_GEMM_STAGES][SL_GEMM_BK * sl_gemm_w<BN>::stride];
+    } pipe;
+    float out[SL_GEMM_BM * out_stride];
+  };
 };
 
-// Stores the slice [k0, k0 + BK) of rows [m0, m0 + BM) of a (row stride lda, `rows` rows, K
-// columns) and of rows [k0, k0 + BK), columns [n0, n0 + BN) of w ([K, N] row-major), zeros
-// outside. K, N, lda multiples of 4 and 16-byte aligned rows (float4 loads and stores).
-template <int BN, int N>
-SL_FN void sl_gemm_stage(sl_gemm_smem<BN>& s, const float* __restrict__ a, SL_I64 lda, int rows,
-                         int K, const float* __restrict__ w, int m0, int n0, int k0, int tid) {
-  constexpr int kWs = sl_gemm_w<BN>::stride;
-  constexpr int kAVecs = SL_GEMM_BM * SL_GEMM_BK / 4, kWVecs = SL_GEMM_BK * BN / 4;
-  const float4 zero = {0.0f, 0.0f, 0.0f, 0.0f};
-  for (int i = tid; i < kAVecs; i += SL_GEMM_THREADS) {
-    const int r = i / (SL_GEMM_BK / 4), c = (i % (SL_GEMM_BK / 4)) * 4;
-    const bool inside = m0 + r < rows && k0 + c < K;
-    *reinterpret_cast<float4*>(s.a + r * SL_GEMM_A_STRIDE + c) =
-        inside ? __ldg(reinterpret_cast<const float4*>(a + (SL_I64)(m0 + r) * lda + k0 + c))
-               : zero;
-  }
-  for (int i = tid; i < kWVecs; i += SL_GEMM_THREADS) {
-    const int r = i / (BN / 4), c = (i % (BN / 4)) * 4;
-    const bool inside = k0 + r < K && n0 + c < N;
-    *reinterpret_cast<float4*>(s.w + r * kWs + c) =
-        inside ? __ldg(reinterpret_cast<const float4*>(w + (SL_I64)(k0 + r) * N + n0 + c))
-               : zero;
-  }
-}
+// One term's share of this thread in the staging of every slice: the same rows and columns of
+// each slice, so the addresses are worked out once and a slice only adds its k0. A's slice is
+// BM x BK (kAVecs float4 per thread), W's BK x BN (at most one float4 per thread).
+template <int BN, int N, int K, int LDA>
+struct sl_gemm_stager {
+  static constexpr int kRowStep = SL_GEMM_THREADS / (SL_GEMM_BK / 4);  // rows between vectors
+  static constexpr int kAVecs = SL_GEMM_BM / kRowStep;
+  static_assert(SL_GEMM_BM % kRowStep == 0, "A's slice is whole vectors per thread");
+  const float* a;  // this thread's first vector of the slice at k0 = 0
+  const float* w;
+  unsigned rows_inside;  // bit j: the row of vector j is below `rows`
+  int a_col, w_row;
+  bool w_inside;  // this thread stages a vector of W, inside N
 
-// acc += the staged A slice times the staged W slice, for this warp's 32 x BN/2 part.
+  SL_FN sl_gemm_stager(const float* a0, const float* w0, int rows, int m0, int n0, int tid) {
+    const int r = tid / (SL_GEMM_BK / 4);
+    a_col = (tid % (SL_GEMM_BK / 4)) * 4;
+    a = a0 + (SL_I64)(m0 + r) * LDA + a_col;
+    rows_inside = 0;
+    SL_UNROLL
+    for (int j = 0; j < kAVecs; ++j) rows_inside |= (m0 + r + j * kRowStep < rows ? 1u : 0u) << j;
+    w_row = tid / (BN / 4);
+    const int w_col = (tid % (BN / 4)) * 4;
+    w = w0 + (SL_I64)w_row * N + n0 + w_col;
+    w_inside = tid < SL_GEMM_BK * BN / 4 && n0 + w_col < N;
+  }
+
+  // Starts the copies of the slice at k0 into stage `buf` (zeros outside the operands).
+  SL_FN void stage(sl_gemm_smem<BN>& s, int buf, int k0, int tid) const {
+    constexpr int kWs = sl_gemm_w<BN>::stride;
+    const bool a_cols = K % SL_GEMM_BK == 0 || k0 + a_col < K;
+    float* to = s.pipe.a[buf] + (tid / (SL_GEMM_BK / 4)) * SL_GEMM_A_STRIDE + a_col;
+    SL_UNROLL
+    for (int j = 0; j < kAVecs; ++j) {
+      const bool inside = a_cols && (rows_inside >> j & 1u);
+      sl_cp_async16(to + j * kRowStep * SL_GEMM_A_STRIDE,
+                    inside ? a + (SL_I64)j * kRowStep * LDA + k0 : a, inside);
+    }
+    if (tid < SL_GEMM_BK * BN / 4) {
+      const bool inside = w_inside && (K % SL_GEMM_BK == 0 || k0 + w_row < K);
+      sl_cp_async16(s.pipe.w[buf] + w_row * kWs + (tid % (BN / 4)) * 4,
+                    inside ? w + (SL_I64)k0 * N : w, inside);
+    }
+  }
+};
+
+// acc += stage `buf`'s A slice times its W slice, for this warp's 32 x BN/2 part (the slice's
+// products summed in fresh registers first).
 template <int BN>
-SL_FN void sl_gemm_slice(const sl_gemm_smem<BN>& s, float (&acc)[2][BN / 16][4], int warp_m,
-                         int warp_n, int lane) {
+SL_FN void sl_gemm_slice(const sl_gemm_smem<BN>& s, int buf,
+                         float (&acc)[SL_GEMM_MI_TILES][BN / 16][4], int warp_m, int warp_n,
+                         int lane) {
   constexpr int kWs = sl_gemm_w<BN>::stride, kNT = BN / 16;
+  const float* sa = s.pipe.a[buf];
+  const float* sw = s.pipe.w[buf];
   const int g = lane / 4, t = lane % 4;
-  float part[2][kNT][4] = {};
+  float part[SL_GEMM_MI_TILES][kNT][4] = {};
   SL_UNROLL
   for (int k = 0; k < SL_GEMM_BK; k += 8) {
-    unsigned ah[2][4], al[2][4], bh[kNT][2], bl[kNT][2];
+    unsigned ah[SL_GEMM_MI_TILES][4], al[SL_GEMM_MI_TILES][4], bh[kNT][2], bl[kNT][2];
     SL_UNROLL
-    for (int mi = 0; mi < 2; ++mi) {
-      const int r = warp_m * 32 + mi * 16 + g;
+    for (int mi = 0; mi < SL_GEMM_MI_TILES; ++mi) {
+      const int r = warp_m * 16 * SL_GEMM_MI_TILES + mi * 16 + g;
       const int at[4] = {r * SL_GEMM_A_STRIDE + k + t, (r + 8) * SL_GEMM_A_STRIDE + k + t,
                          r * SL_GEMM_A_STRIDE + k + t + 4, (r + 8) * SL_GEMM_A_STRIDE + k + t + 4};
       SL_UNROLL
-      for (int i = 0; i < 4; ++i) sl_tf32_split(s.a[at[i]], ah[mi][i], al[mi][i]);
+      for (int i = 0; i < 4; ++i) sl_tf32_split(sa[at[i]], ah[mi][i], al[mi][i]);
     }
     SL_UNROLL
     for (int ni = 0; ni < kNT; ++ni) {
       const int col = warp_n * (BN / 2) + ni * 8 + g;
-      sl_tf32_split(s.w[(k + t) * kWs + col], bh[ni][0], bl[ni][0]);
-      sl_tf32_split(s.w[(k + t + 4) * kWs + col], bh[ni][1], bl[ni][1]);
+      sl_tf32_split(sw[(k + t) * kWs + col], bh[ni][0], bl[ni][0]);
+      sl_tf32_split(sw[(k + t + 4) * kWs + col], bh[ni][1], bl[ni][1]);
     }
+    // the small terms first, then hi * hi; each round over all tiles, so that the products
+    // into one accumulator are a round apart (independent ones in between)
     SL_UNROLL
-    for (int mi = 0; mi < 2; ++mi) {
+    for (int term = 0; term < 3; ++term) {
       SL_UNROLL
-      for (int ni = 0; ni < kNT; ++ni) {  // the small terms first, then hi * hi
-        sl_mma_tf32(part[mi][ni], al[mi], bh[ni]);
-        sl_mma_tf32(part[mi][ni], ah[mi], bl[ni]);
-        sl_mma_tf32(part[mi][ni], ah[mi], bh[ni]);
+      for (int mi = 0; mi < SL_GEMM_MI_TILES; ++mi) {
+        SL_UNROLL
+        for (int ni = 0; ni < kNT; ++ni) {
+          sl_mma_tf32(part[mi][ni], term == 0 ? al[mi] : ah[mi], term == 1 ? bl[ni] : bh[ni]);
+        }
       }
     }
   }
   SL_UNROLL
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < SL_GEMM_MI_TILES; ++mi) {
     SL_UNROLL
     for (int ni = 0; ni < kNT; ++ni) {
       SL_UNROLL
@@ -132,42 +198,116 @@ SL_FN void sl_gemm_slice(const sl_gemm_smem<BN>& s, float (&acc)[2][BN / 16][4],
   }
 }
 
-// acc += rows [m0, m0 + BM) of a times columns [n0, n0 + BN) of w, over all of K.
-template <int BN, int N>
-SL_FN void sl_gemm_term(sl_gemm_smem<BN>& s, float (&acc)[2][BN / 16][4],
-                        const float* __restrict__ a, SL_I64 lda, int rows, int K,
-                        const float* __restrict__ w, int m0, int n0) {
+// acc = rows [m0, m0 + BM) of a0 @ w0 + a1 @ w1 (K1 = 0: one term), columns [n0, n0 + BN): the
+// slices of both terms in one pipeline, STAGES - 1 of them in flight while one is multiplied.
+// Ends with the block's shared memory free for the tile.
+template <int BN, int N, int K0, int LDA0, int K1, int LDA1>
+SL_FN void sl_gemm_product(sl_gemm_smem<BN>& s, float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
+                           const float* a0, const float* w0, const float* a1, const float* w1,
+                           int rows, int m0, int n0) {
+  constexpr int kFirst = (K0 + SL_GEMM_BK - 1) / SL_GEMM_BK;
+  constexpr int kSlices = kFirst + (K1 + SL_GEMM_BK - 1) / SL_GEMM_BK;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  for (int k0 = 0; k0 < K; k0 += SL_GEMM_BK) {
-    sl_gemm_stage<BN, N>(s, a, lda, rows, K, w, m0, n0, k0, tid);
-    __syncthreads();
-    sl_gemm_slice<BN>(s, acc, warp / 2, warp % 2, lane);
-    __syncthreads();
+  const sl_gemm_stager<BN, N, K0, LDA0> first(a0, w0, rows, m0, n0, tid);
+  const sl_gemm_stager<BN, N, K1, LDA1> second(a1, w1, rows, m0, n0, tid);
+  const auto stage = [&](int slice) {
+    if (slice < kFirst) {
+      first.stage(s, slice % SL_GEMM_STAGES, slice * SL_GEMM_BK, tid);
+    } else {
+      second.stage(s, slice % SL_GEMM_STAGES, (slice - kFirst) * SL_GEMM_BK, tid);
+    }
+  };
+  SL_UNROLL
+  for (int slice = 0; slice < SL_GEMM_STAGES - 1; ++slice) {
+    if (slice < kSlices) stage(slice);
+    sl_cp_async_commit();
   }
+  for (int slice = 0; slice < kSlices; ++slice) {
+    sl_cp_async_wait<SL_GEMM_STAGES - 2>();  // this thread's copies of `slice` have landed,
+    __syncthreads();  // everyone's too, and the stage about to be refilled has been read
+    if (slice + SL_GEMM_STAGES - 1 < kSlices) stage(slice + SL_GEMM_STAGES - 1);
+    sl_cp_async_commit();
+    sl_gemm_slice<BN>(s, slice % SL_GEMM_STAGES, acc, warp / 2, warp % 2, lane);
+  }
+  sl_cp_async_wait<0>();
+  __syncthreads();
 }
 
-// out[m0.., n0..] = acc (+ bias), rows below `rows` and columns below N only (N even).
-template <int BN, int N, bool BIAS>
-SL_FN void sl_gemm_store(const float (&acc)[2][BN / 16][4], float* __restrict__ out, int rows,
-                         const float* __restrict__ bias, int m0, int n0) {
+// out[m0.., n0..] = acc + bias (BIAS), rows below `rows` and columns below N only; with NORM
+// (the block holds whole rows: BN == N, N a multiple of 32) each row then normalised to zero
+// mean and unit variance (divided by sqrt(variance + eps)) and scaled by norm_w, shifted by
+// norm_b: a LayerNorm.
+template <int BN, int N, bool BIAS, bool NORM>
+SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
+                         float* __restrict__ out, int rows, const float* __restrict__ bias,
+                         const float* __restrict__ norm_w, const float* __restrict__ norm_b,
+                         float eps, int m0, int n0) {
+  static_assert(!NORM || (BN == N && N % 32 == 0), "a LayerNorm needs whole rows in a block");
+  constexpr int kOs = sl_gemm_smem<BN>::out_stride;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int g = lane / 4, t = lane % 4;
   SL_UNROLL
-  for (int mi = 0; mi < 2; ++mi) {
+  for (int mi = 0; mi < SL_GEMM_MI_TILES; ++mi) {
     SL_UNROLL
     for (int ni = 0; ni < BN / 16; ++ni) {
-      const int col = n0 + (warp % 2) * (BN / 2) + ni * 8 + 2 * t;
-      if (col >= N) continue;
-      const float b0 = BIAS ? __ldg(bias + col) : 0.0f, b1 = BIAS ? __ldg(bias + col + 1) : 0.0f;
+      const int col = (warp % 2) * (BN / 2) + ni * 8 + 2 * t;
       SL_UNROLL
       for (int h = 0; h < 2; ++h) {
-        const int row = m0 + (warp / 2) * 32 + mi * 16 + g + 8 * h;
-        if (row < rows) {
-          out[(SL_I64)row * N + col] = acc[mi][ni][2 * h] + b0;
-          out[(SL_I64)row * N + col + 1] = acc[mi][ni][2 * h + 1] + b1;
+        const int row = (warp / 2) * 16 * SL_GEMM_MI_TILES + mi * 16 + g + 8 * h;
+        s.out[row * kOs + col] = acc[mi][ni][2 * h];
+        s.out[row * kOs + col + 1] = acc[mi][ni][2 * h + 1];
+      }
+    }
+  }
+  __syncthreads();
+  if (NORM) {
+    // a warp per row, N / 32 values per lane; every lane of every warp takes part in every
+    // row's sums (rows past the end included), only the stores are bounded
+    constexpr int kPer = N / 32;
+    for (int row = warp; row < SL_GEMM_BM; row += SL_GEMM_THREADS / 32) {
+      float v[kPer];
+      float sum = 0.0f;
+      SL_UNROLL
+      for (int j = 0; j < kPer; ++j) {
+        const int col = lane + 32 * j;
+        v[j] = s.out[row * kOs + col];
+        if (BIAS) v[j] = __fadd_rn(v[j], __ldg(bias + col));
+        sum = __fadd_rn(sum, v[j]);
+      }
+      const float mean = __fdiv_rn(sl_warp_sum(sum), (float)N);
+      float squares = 0.0f;
+      SL_UNROLL
+      for (int j = 0; j < kPer; ++j) {
+        v[j] = __fsub_rn(v[j], mean);
+        squares = __fadd_rn(squares, __fmul_rn(v[j], v[j]));
+      }
+      const float variance = __fdiv_rn(sl_warp_sum(squares), (float)N);
+      const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(variance, eps)));
+      if (m0 + row < rows) {
+        SL_UNROLL
+        for (int j = 0; j < kPer; ++j) {
+          const int col = lane + 32 * j;
+          out[(SL_I64)(m0 + row) * N + col] =
+              __fadd_rn(__fmul_rn(__fmul_rn(v[j], scale), __ldg(norm_w + col)),
+                        __ldg(norm_b + col));
         }
       }
     }
+    return;
+  }
+  constexpr int kVecs = SL_GEMM_BM * BN / 4;
+  for (int i = tid; i < kVecs; i += SL_GEMM_THREADS) {
+    const int r = i / (BN / 4), c = (i % (BN / 4)) * 4;
+    if (m0 + r >= rows || n0 + c >= N) continue;
+    float4 v = *reinterpret_cast<const float4*>(s.out + r * kOs + c);
+    if (BIAS) {
+      const float4 b = __ldg(reinterpret_cast<const float4*>(bias + n0 + c));
+      v.x = __fadd_rn(v.x, b.x);
+      v.y = __fadd_rn(v.y, b.y);
+      v.z = __fadd_rn(v.z, b.z);
+      v.w = __fadd_rn(v.w, b.w);
+    }
+    *reinterpret_cast<float4*>(out + (SL_I64)(m0 + r) * N + n0 + c) = v;
   }
 }
 

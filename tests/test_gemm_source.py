@@ -23,37 +23,47 @@ import pytest
 
 from speechlens_cli import kernels
 
-# (N, K0, LDA0, K1, LDA1, BN, NB, BIAS): the template variants the harness instantiates, shaped
-# like the model's uses (in_proj from a column range of a wider parent, the batched x_proj with
-# N not a multiple of the tile, two terms with a bias, the merge's own K = 64 + 512, where a
-# drifting accumulation shows) plus K tails below a slice.
+# (N, K0, LDA0, K1, LDA1, BN, NB, BIAS, NORM): the template variants the harness instantiates,
+# shaped like the model's uses (in_proj from a column range of a wider parent, the batched x_proj
+# with N not a multiple of the tile, two terms with a bias, the merge's own K = 64 + 512, where a
+# drifting accumulation shows, and the merge with its LayerNorm) plus K tails below a slice.
 VARIANTS = (
-    (64, 64, 128, 0, 4, 64, 1, False),
-    (36, 64, 64, 0, 4, 48, 2, False),
-    (64, 96, 96, 32, 32, 64, 1, True),
-    (64, 64, 64, 512, 512, 64, 1, True),
-    (24, 36, 40, 12, 12, 16, 1, True),
+    (64, 64, 128, 0, 4, 64, 1, False, False),
+    (36, 64, 64, 0, 4, 48, 2, False, False),
+    (64, 96, 96, 32, 32, 64, 1, True, False),
+    (64, 64, 64, 512, 512, 64, 1, True, False),
+    (24, 36, 40, 12, 12, 16, 1, True, False),
+    (64, 64, 64, 512, 512, 64, 1, True, True),
+    (32, 20, 20, 0, 4, 32, 1, False, True),
 )
+EPS = 1e-5
 # 3xTF32 keeps float32's accuracy: the error of a K-term float32 dot product, relative to the
-# RMS of the result, stays near 1e-7 * sqrt(K); TF32 alone would be ~1e-3.
+# RMS of the result, stays near 1e-7 * sqrt(K); TF32 alone would be ~1e-3. A LayerNorm'd row has
+# unit variance, so the same bound holds for it.
 RTOL = 2e-6
 
 
 def _harness() -> str:
     lines = ['#include "cuda_cpu_shim.h"', '#include "sl_backend_cuda.h"',
              '#include "sl_gemm_cuda.h"', "",
-             "template <int N, int K0, int LDA0, int K1, int LDA1, int BN, int NB, bool BIAS>",
+             "template <int N, int K0, int LDA0, int K1, int LDA1, int BN, int NB, bool BIAS,",
+             "          bool NORM>",
              "void projection(const float* a0, const float* w0, const float* a1,",
-             "                const float* w1, const float* bias, float* out, int B, int L) {",
+             "                const float* w1, const float* bias, const float* norm_w,",
+             "                const float* norm_b, float* out, int B, int L) {",
+             f"  constexpr float EPS = {EPS!r}f;",
              '#include "projection_cuda_body.h"', "}", ""]
-    for i, (n, k0, lda0, k1, lda1, bn, nb, bias) in enumerate(VARIANTS):
-        args = f"{n}, {k0}, {lda0}, {k1}, {lda1}, {bn}, {nb}, {str(bias).lower()}"
+    for i, (n, k0, lda0, k1, lda1, bn, nb, bias, norm) in enumerate(VARIANTS):
+        args = (f"{n}, {k0}, {lda0}, {k1}, {lda1}, {bn}, {nb}, {str(bias).lower()}, "
+                f"{str(norm).lower()}")
         lines += [
             f'extern "C" void run_{i}(const float* a0, const float* w0, const float* a1,',
-            "    const float* w1, const float* bias, float* out, int B, int L) {",
-            f"  const unsigned blocks = {nb} * ((B * L + 63) / 64) * (({n} + {bn} - 1) / {bn});",
+            "    const float* w1, const float* bias, const float* norm_w, const float* norm_b,",
+            "    float* out, int B, int L) {",
+            f"  const unsigned blocks = {nb} * ((B * L + SL_GEMM_BM - 1) / SL_GEMM_BM)"
+            f" * (({n} + {bn} - 1) / {bn});",
             "  sl_cuda_cpu_launch(blocks, SL_GEMM_THREADS,",
-            f"    [=] {{ projection<{args}>(a0, w0, a1, w1, bias, out, B, L); }});",
+            f"    [=] {{ projection<{args}>(a0, w0, a1, w1, bias, norm_w, norm_b, out, B, L); }});",
             "}"]
     return "\n".join(lines) + "\n"
 
@@ -75,7 +85,7 @@ def harness(tmp_path_factory):
 
 
 def _run(lib, variant: int, batch: int, length: int, seed: int):
-    n, k0, lda0, k1, lda1, _, nb, bias = VARIANTS[variant]
+    n, k0, lda0, k1, lda1, _, nb, bias, norm = VARIANTS[variant]
     rng = np.random.default_rng(seed)
     rows = batch * length
     a0 = rng.standard_normal((nb, rows, lda0)).astype(np.float32)  # columns [0, K0) are read
@@ -83,8 +93,10 @@ def _run(lib, variant: int, batch: int, length: int, seed: int):
     w0 = rng.standard_normal((nb, k0, n)).astype(np.float32)
     w1 = rng.standard_normal((nb, max(k1, 1), n)).astype(np.float32)
     b = rng.standard_normal(n).astype(np.float32)
+    norm_w = (1 + 0.5 * rng.standard_normal(n)).astype(np.float32)
+    norm_b = rng.standard_normal(n).astype(np.float32)
     out = np.full((nb, rows, n), np.nan, np.float32)
-    ptr = [x.ctypes.data_as(ctypes.c_void_p) for x in (a0, w0, a1, w1, b, out)]
+    ptr = [x.ctypes.data_as(ctypes.c_void_p) for x in (a0, w0, a1, w1, b, norm_w, norm_b, out)]
     getattr(lib, f"run_{variant}")(*ptr, batch, length)
     want = np.einsum("brk,bkn->brn", a0[..., :k0].astype(np.float64), w0.astype(np.float64))
     if k1:
@@ -92,6 +104,10 @@ def _run(lib, variant: int, batch: int, length: int, seed: int):
                           w1.astype(np.float64))
     if bias:
         want += b
+    if norm:
+        centred = want - want.mean(axis=-1, keepdims=True)
+        want = (centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + EPS)
+                * norm_w + norm_b)
     return out, want
 
 
@@ -100,11 +116,11 @@ def _run(lib, variant: int, batch: int, length: int, seed: int):
 def test_projection_source_matches_float64(harness, variant, batch, length):
     out, want = _run(harness, variant, batch, length, seed=100 * variant + length)
     assert np.isfinite(out).all(), "every output element is written"
-    err = np.sqrt(np.mean((out - want) ** 2) / np.mean(want ** 2))
+    scale = np.sqrt(np.mean(want ** 2))
+    err = np.sqrt(np.mean((out - want) ** 2)) / scale
     assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"
     # tf32 alone would miss the bound by far: the low parts carry real weight
-    assert np.max(np.abs(out - want)) <= 1e-5 * np.sqrt(VARIANTS[variant][1] +
-                                                        VARIANTS[variant][3]) * 4
+    assert np.max(np.abs(out - want)) <= 4e-5 * scale
 
 
 def test_projection_source_bit_identical_runs(harness):

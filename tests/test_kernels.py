@@ -611,9 +611,13 @@ def _layer_norm64(y: np.ndarray, weight: np.ndarray, bias: np.ndarray, eps: floa
     (29, (64,), 36),  # columns past the last whole vector and column block
     (3, (3,), 5),  # fewer columns than a vector
 ])
-def test_project_with_layer_norm_matches_float64(isa, rows, ks, n):
+@pytest.mark.parametrize("kernel", ["0", "1"])
+def test_project_with_layer_norm_matches_float64(isa, rows, ks, n, kernel, monkeypatch):
     """kernels.project's LayerNorm of each output row (isa None: the default path of this
-    backend; else the CPU library's build for that ISA) against float64."""
+    backend, on CUDA the tensor-core kernel (which applies the LayerNorm itself where a block
+    holds whole rows) for kernel "1", MLX's matmul and LayerNorm for "0"; else the CPU library's
+    build for that ISA) against float64."""
+    monkeypatch.setenv("SPEECHLENS_CUDA_PROJECTION", kernel)
     rng = np.random.default_rng(rows * n)
     a = [rng.standard_normal((2, rows, k)).astype(np.float32) for k in ks]
     w = [(rng.standard_normal((k, n)) / np.sqrt(k)).astype(np.float32) for k in ks]

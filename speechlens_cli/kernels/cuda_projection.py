@@ -3,10 +3,12 @@
 ``a @ w`` in full float32 runs on the CUDA cores; TF32 alone would break float32 parity. The
 kernel splits every operand into two TF32 parts and takes three tensor-core products per tile,
 which keeps float32 accuracy (measured on an H200: 2.2-2.5e-7 relative RMS, as cuBLAS in float32).
-At the model's shapes it measured level with cuBLAS, not faster (5 s at 44.1 kHz, per call:
-in_proj 0.284 vs 0.250 ms, x_proj 0.206 vs 0.207, the merge 0.250 vs 0.282; end to end within
-the noise), so it runs only where SPEECHLENS_CUDA_PROJECTION=1 asks for it: it is the base of
-the projection work still open (docs/kernels.md). It needs compute capability 8.0 or later and
+Second design (256 threads, 128-row tiles, cp.async three slices deep, addresses worked out once
+per thread, the LayerNorm in the store), per call on an H200 at 5 s / 44.1 kHz against MLX's
+matmul in the same run: in_proj half 0.215 vs 0.258 ms, x_proj 0.145 vs 0.205, the merge with
+its LayerNorm 0.219 vs 0.348, all at 1.0-1.6e-7 relative RMS against float64. Not yet run
+through the whole model on a GPU, so it still runs only where SPEECHLENS_CUDA_PROJECTION=1 asks
+for it (docs/kernels.md). It needs compute capability 8.0 or later and
 NVRTC (compiled once per machine, cuda_packed.py); elsewhere the caller runs MLX's matmul.
 """
 
@@ -17,14 +19,14 @@ import os
 
 import mlx.core as mx
 
-from .contract import projection_geometry
+from .contract import LayerNormSpec, projection_geometry
 from .cuda_packed import Part, build_variant, launch, unusable
 from .nvrtc import compute_capability
 
 #: Set to 1 to run the projections through this kernel on CUDA (default: MLX's matmul).
 PROJECTION_KERNEL_ENV = "SPEECHLENS_CUDA_PROJECTION"
-THREADS = 128  # SL_GEMM_THREADS
-ROWS_PER_BLOCK = 64  # SL_GEMM_BM
+THREADS = 256  # SL_GEMM_THREADS
+ROWS_PER_BLOCK = 128  # SL_GEMM_BM
 
 
 def column_block(n: int) -> int:
@@ -49,27 +51,42 @@ def _geometry(terms: list[tuple[mx.array, mx.array]],
     return geometry
 
 
+def fuses_norm(n: int, norm: LayerNormSpec | None) -> bool:
+    """Whether the kernel applies `norm` itself: a block then holds whole rows (N <= 64, a
+    multiple of 32)."""
+    return norm is not None and n == column_block(n) and n % 32 == 0 and norm.fits(n)
+
+
 @functools.cache
-def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool):
+def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool, eps: float | None):
     k0, k1 = ks[0], ks[1] if len(ks) > 1 else 0
+    vec = (n,)
     parts = (Part("a0", 0, (nb, "B", "L", k0), k0), Part("w0", 0, (nb, k0, n), n),
              Part("a1", 0, (nb, "B", "L", max(k1, 4)), max(k1, 4)),
-             Part("w1", 0, (nb, max(k1, 4), n), n), Part("bias", 0, (n,), n))
+             Part("w1", 0, (nb, max(k1, 4), n), n), Part("bias", 0, vec, n),
+             Part("norm_w", 0, vec, n), Part("norm_b", 0, vec, n))
     template = (("N", n), ("K0", k0), ("LDA0", k0), ("K1", k1), ("LDA1", max(k1, 4)),
-                ("BN", column_block(n)), ("NB", nb), ("BIAS", bias))
+                ("BN", column_block(n)), ("NB", nb), ("BIAS", bias), ("NORM", eps is not None),
+                ("EPS", 0.0 if eps is None else float(eps)))
     return build_variant("proj", parts, template)
 
 
-def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None) -> mx.array | None:
-    """sum(a @ w) + bias, or None where the kernel does not take the operands or cannot run."""
+def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
+            norm: LayerNormSpec | None = None) -> tuple[mx.array, bool] | None:
+    """(sum(a @ w) + bias, whether `norm` was applied too), or None where the kernel does not
+    take the operands or cannot run."""
     geometry = _geometry(terms, bias)
     if geometry is None:
         return None
     n, nb, rows = geometry
     a0, w0 = terms[0]
-    kernel = _kernel(n, tuple(int(a.shape[-1]) for a, _ in terms), nb, bias is not None)
+    normed = fuses_norm(n, norm)
+    kernel = _kernel(n, tuple(int(a.shape[-1]) for a, _ in terms), nb, bias is not None,
+                     norm.eps if normed else None)
     second = terms[1] if len(terms) > 1 else terms[0]  # not read when there is one term
-    inputs = [a0, w0, *second, bias if bias is not None else w0]
+    unread = w0  # a placeholder for the inputs this variant does not read
+    inputs = [a0, w0, *second, bias if bias is not None else unread,
+              norm.weight if normed else unread, norm.bias if normed else unread]
     blocks = nb * -(-rows // ROWS_PER_BLOCK) * -(-n // column_block(n))
     out = launch(kernel, inputs, blocks * THREADS, THREADS, (nb * rows, n), rows, 1)
-    return None if out is None else out.reshape(*a0.shape[:-1], n)
+    return None if out is None else (out.reshape(*a0.shape[:-1], n), normed)

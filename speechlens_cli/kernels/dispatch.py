@@ -224,14 +224,18 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
         y = cpu_project(terms, bias, norm)
         if y is not None:
             return y
-    y = cuda_projection.project(terms, bias) if (
+    done = cuda_projection.project(terms, bias, norm) if (
         which == "cuda" and cuda_projection.enabled()) else None
-    if y is None:
+    if done is not None:
+        y, normed = done
+    else:
         (a, w), rest = terms[0], terms[1:]
         y = a @ w if bias is None else mx.addmm(bias, a, w)
         for a, w in rest:
             y = mx.addmm(y, a, w)
-    return y if norm is None else mx.fast.layer_norm(y, norm.weight, norm.bias, norm.eps)
+        normed = False
+    return y if norm is None or normed else mx.fast.layer_norm(y, norm.weight, norm.bias,
+                                                               norm.eps)
 
 
 def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,
