@@ -113,7 +113,7 @@ struct sl_gemm_stager {
   const float* w;
   unsigned rows_inside;  // bit j: the row of vector j is below `rows`
   int a_col, w_row;
-  bool w_inside;  // this thread stages a vector of W, inside N
+  bool w_inside;  // this thread's vector of W (where it stages one) is inside N
 
   SL_FN sl_gemm_stager(const float* a0, const float* w0, int rows, int m0, int n0, int tid) {
     const int r = tid / (SL_GEMM_BK / 4);
@@ -125,7 +125,7 @@ struct sl_gemm_stager {
     w_row = tid / (BN / 4);
     const int w_col = (tid % (BN / 4)) * 4;
     w = w0 + (SL_I64)w_row * N + n0 + w_col;
-    w_inside = tid < SL_GEMM_BK * BN / 4 && n0 + w_col < N;
+    w_inside = n0 + w_col < N;
   }
 
   // Starts the copies of the slice at k0 into stage `buf` (zeros outside the operands).

@@ -119,8 +119,10 @@ def test_projection_source_matches_float64(harness, variant, batch, length):
     scale = np.sqrt(np.mean(want ** 2))
     err = np.sqrt(np.mean((out - want) ** 2)) / scale
     assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"
-    # tf32 alone would miss the bound by far: the low parts carry real weight
-    assert np.max(np.abs(out - want)) <= 4e-5 * scale
+    # tf32 alone would miss the bound by far: the low parts carry real weight. The bound scales
+    # with the result: sqrt(K) for these unnormalised products, 1 for a LayerNorm'd row
+    k = VARIANTS[variant][1] + VARIANTS[variant][3]
+    assert np.max(np.abs(out - want)) <= 4e-5 * min(scale, np.sqrt(k))
 
 
 def test_projection_source_bit_identical_runs(harness):

@@ -8,8 +8,8 @@ per thread, the LayerNorm in the store), per call on an H200 at 5 s / 44.1 kHz a
 matmul in the same run: in_proj half 0.215 vs 0.258 ms, x_proj 0.145 vs 0.205, the merge with
 its LayerNorm 0.219 vs 0.348, all at 1.0-1.6e-7 relative RMS against float64. Not yet run
 through the whole model on a GPU, so it still runs only where SPEECHLENS_CUDA_PROJECTION=1 asks
-for it (docs/kernels.md). It needs compute capability 8.0 or later and
-NVRTC (compiled once per machine, cuda_packed.py); elsewhere the caller runs MLX's matmul.
+for it (docs/kernels.md). It needs compute capability 8.0 or later and NVRTC (compiled once per
+machine, cuda_packed.py); elsewhere the caller runs MLX's matmul.
 """
 
 from __future__ import annotations
