@@ -101,49 +101,74 @@ struct sl_gemm_smem {
   };
 };
 
-// One term's share of this thread in the staging of every slice: the same rows and columns of
-// each slice, so the addresses are worked out once and a slice only adds its k0. A's slice is
-// BM x BK (kAVecs float4 per thread), W's BK x BN (at most one float4 per thread).
-template <int BN, int N, int K, int LDA>
-struct sl_gemm_stager {
-  static constexpr int kRowStep = SL_GEMM_THREADS / (SL_GEMM_BK / 4);  // rows between vectors
-  static constexpr int kAVecs = SL_GEMM_BM / kRowStep;
-  static_assert(SL_GEMM_BM % kRowStep == 0, "A's slice is whole vectors per thread");
-  const float* a;  // this thread's first vector of the slice at k0 = 0
+// This thread's share of W's slices (BK x BN of W [K, N], at most one float4 per thread): the
+// same rows and columns of each slice, so the address is worked out once and a slice only adds
+// its k0 (zeros outside W).
+template <int BN, int N, int K>
+struct sl_gemm_w_stager {
   const float* w;
-  unsigned rows_inside;  // bit j: the row of vector j is below `rows`
-  int a_col, w_row;
+  int w_row;
   bool w_inside;  // this thread's vector of W (where it stages one) is inside N
 
-  SL_FN sl_gemm_stager(const float* a0, const float* w0, int rows, int m0, int n0, int tid) {
-    const int r = tid / (SL_GEMM_BK / 4);
-    a_col = (tid % (SL_GEMM_BK / 4)) * 4;
-    a = a0 + (SL_I64)(m0 + r) * LDA + a_col;
-    rows_inside = 0;
-    SL_UNROLL
-    for (int j = 0; j < kAVecs; ++j) rows_inside |= (m0 + r + j * kRowStep < rows ? 1u : 0u) << j;
+  SL_FN sl_gemm_w_stager(const float* w0, int n0, int tid) {
     w_row = tid / (BN / 4);
     const int w_col = (tid % (BN / 4)) * 4;
     w = w0 + (SL_I64)w_row * N + n0 + w_col;
     w_inside = n0 + w_col < N;
   }
 
-  // Starts the copies of the slice at k0 into stage `buf` (zeros outside the operands).
   SL_FN void stage(sl_gemm_smem<BN>& s, int buf, int k0, int tid) const {
-    constexpr int kWs = sl_gemm_w<BN>::stride;
-    const bool a_cols = K % SL_GEMM_BK == 0 || k0 + a_col < K;
-    float* to = s.pipe.a[buf] + (tid / (SL_GEMM_BK / 4)) * SL_GEMM_A_STRIDE + a_col;
-    SL_UNROLL
-    for (int j = 0; j < kAVecs; ++j) {
-      const bool inside = a_cols && (rows_inside >> j & 1u);
-      sl_cp_async16(to + j * kRowStep * SL_GEMM_A_STRIDE,
-                    inside ? a + (SL_I64)j * kRowStep * LDA + k0 : a, inside);
-    }
     if (tid < SL_GEMM_BK * BN / 4) {
       const bool inside = w_inside && (K % SL_GEMM_BK == 0 || k0 + w_row < K);
-      sl_cp_async16(s.pipe.w[buf] + w_row * kWs + (tid % (BN / 4)) * 4,
+      sl_cp_async16(s.pipe.w[buf] + w_row * sl_gemm_w<BN>::stride + (tid % (BN / 4)) * 4,
                     inside ? w + (SL_I64)k0 * N : w, inside);
     }
+  }
+};
+
+// The rows of A's slices (BM x BK) this thread copies: kAVecs float4s, kRowStep rows apart.
+constexpr int SL_GEMM_ROW_STEP = SL_GEMM_THREADS / (SL_GEMM_BK / 4);
+constexpr int SL_GEMM_A_VECS = SL_GEMM_BM / SL_GEMM_ROW_STEP;
+static_assert(SL_GEMM_BM % SL_GEMM_ROW_STEP == 0, "A's slice is whole vectors per thread");
+
+// Where this thread's vector j of A's slice goes in stage `buf`.
+template <int BN>
+SL_FN float* sl_gemm_a_slot(sl_gemm_smem<BN>& s, int buf, int j, int tid) {
+  return s.pipe.a[buf] + (tid / (SL_GEMM_BK / 4) + j * SL_GEMM_ROW_STEP) * SL_GEMM_A_STRIDE +
+         (tid % (SL_GEMM_BK / 4)) * 4;
+}
+
+// One term's share of this thread in the staging of every slice of a0 @ w0: A's rows are read
+// with row stride LDA, and the addresses are worked out once (a slice adds its k0).
+template <int BN, int N, int K, int LDA>
+struct sl_gemm_stager {
+  const float* a;  // this thread's first vector of the slice at k0 = 0
+  unsigned rows_inside;  // bit j: the row of vector j is below `rows`
+  int a_col;
+  sl_gemm_w_stager<BN, N, K> w;
+
+  SL_FN sl_gemm_stager(const float* a0, const float* w0, int rows, int m0, int n0, int tid)
+      : w(w0, n0, tid) {
+    const int r = tid / (SL_GEMM_BK / 4);
+    a_col = (tid % (SL_GEMM_BK / 4)) * 4;
+    a = a0 + (SL_I64)(m0 + r) * LDA + a_col;
+    rows_inside = 0;
+    SL_UNROLL
+    for (int j = 0; j < SL_GEMM_A_VECS; ++j) {
+      rows_inside |= (m0 + r + j * SL_GEMM_ROW_STEP < rows ? 1u : 0u) << j;
+    }
+  }
+
+  // Starts the copies of the slice at k0 into stage `buf` (zeros outside the operands).
+  SL_FN void stage(sl_gemm_smem<BN>& s, int buf, int k0, int tid) const {
+    const bool a_cols = K % SL_GEMM_BK == 0 || k0 + a_col < K;
+    SL_UNROLL
+    for (int j = 0; j < SL_GEMM_A_VECS; ++j) {
+      const bool inside = a_cols && (rows_inside >> j & 1u);
+      sl_cp_async16(sl_gemm_a_slot(s, buf, j, tid),
+                    inside ? a + (SL_I64)j * SL_GEMM_ROW_STEP * LDA + k0 : a, inside);
+    }
+    w.stage(s, buf, k0, tid);
   }
 };
 
@@ -198,40 +223,101 @@ SL_FN void sl_gemm_slice(const sl_gemm_smem<BN>& s, int buf,
   }
 }
 
-// acc = rows [m0, m0 + BM) of a0 @ w0 + a1 @ w1 (K1 = 0: one term), columns [n0, n0 + BN): the
-// slices of both terms in one pipeline, STAGES - 1 of them in flight while one is multiplied.
-// Ends with the block's shared memory free for the tile.
-template <int BN, int N, int K0, int LDA0, int K1, int LDA1>
-SL_FN void sl_gemm_product(sl_gemm_smem<BN>& s, float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
-                           const float* a0, const float* w0, const float* a1, const float* w1,
-                           int rows, int m0, int n0) {
-  constexpr int kFirst = (K0 + SL_GEMM_BK - 1) / SL_GEMM_BK;
-  constexpr int kSlices = kFirst + (K1 + SL_GEMM_BK - 1) / SL_GEMM_BK;
+// acc += the product of `slices` K slices, stage(slice, buf) starting the copies of one: STAGES - 1
+// of them in flight while one is multiplied. Ends with the block's shared memory free for the
+// tile.
+template <int BN, typename Stage>
+SL_FN void sl_gemm_pipeline(sl_gemm_smem<BN>& s, float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
+                            int slices, Stage stage) {
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const sl_gemm_stager<BN, N, K0, LDA0> first(a0, w0, rows, m0, n0, tid);
-  const sl_gemm_stager<BN, N, K1, LDA1> second(a1, w1, rows, m0, n0, tid);
-  const auto stage = [&](int slice) {
-    if (slice < kFirst) {
-      first.stage(s, slice % SL_GEMM_STAGES, slice * SL_GEMM_BK, tid);
-    } else {
-      second.stage(s, slice % SL_GEMM_STAGES, (slice - kFirst) * SL_GEMM_BK, tid);
-    }
-  };
   SL_UNROLL
   for (int slice = 0; slice < SL_GEMM_STAGES - 1; ++slice) {
-    if (slice < kSlices) stage(slice);
+    if (slice < slices) stage(slice, slice % SL_GEMM_STAGES);
     sl_cp_async_commit();
   }
-  for (int slice = 0; slice < kSlices; ++slice) {
+  for (int slice = 0; slice < slices; ++slice) {
     sl_cp_async_wait<SL_GEMM_STAGES - 2>();  // this thread's copies of `slice` have landed,
     __syncthreads();  // everyone's too, and the stage about to be refilled has been read
-    if (slice + SL_GEMM_STAGES - 1 < kSlices) stage(slice + SL_GEMM_STAGES - 1);
+    const int next = slice + SL_GEMM_STAGES - 1;
+    if (next < slices) stage(next, next % SL_GEMM_STAGES);
     sl_cp_async_commit();
     sl_gemm_slice<BN>(s, slice % SL_GEMM_STAGES, acc, warp / 2, warp % 2, lane);
   }
   sl_cp_async_wait<0>();
   __syncthreads();
 }
+
+// acc = rows [m0, m0 + BM) of a0 @ w0 + a1 @ w1 (K1 = 0: one term), columns [n0, n0 + BN): the
+// slices of both terms in one pipeline.
+template <int BN, int N, int K0, int LDA0, int K1, int LDA1>
+SL_FN void sl_gemm_product(sl_gemm_smem<BN>& s, float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
+                           const float* a0, const float* w0, const float* a1, const float* w1,
+                           int rows, int m0, int n0) {
+  constexpr int kFirst = (K0 + SL_GEMM_BK - 1) / SL_GEMM_BK;
+  constexpr int kSlices = kFirst + (K1 + SL_GEMM_BK - 1) / SL_GEMM_BK;
+  const int tid = threadIdx.x;
+  const sl_gemm_stager<BN, N, K0, LDA0> first(a0, w0, rows, m0, n0, tid);
+  const sl_gemm_stager<BN, N, K1, LDA1> second(a1, w1, rows, m0, n0, tid);
+  sl_gemm_pipeline<BN>(s, acc, kSlices, [&](int slice, int buf) {
+    if (slice < kFirst) {
+      first.stage(s, buf, slice * SL_GEMM_BK, tid);
+    } else {
+      second.stage(s, buf, (slice - kFirst) * SL_GEMM_BK, tid);
+    }
+  });
+}
+
+// A stride-1 2-D convolution (NHWC) as the product of its taps and W [KH * KW * NP * C, N]: row
+// m of A is output pixel m (batch, time, column: [B, OH, OW] flattened), and the K slice of tap
+// (i, j), plane p and channels [c0, c0 + 16) is read straight from plane p at the pixel the tap
+// lands on (zeros where it lands outside the plane: the conv's zero padding), so neither the
+// taps nor the planes' concatenation is built. The planes are NP inputs [B, H, WIDTH, C] (C a
+// multiple of 16); K's order, tap row, tap column, plane, channel, is W's row order.
+template <int BN, int N, int C, int NP, int KH, int KW, int PH, int PW, int DH, int DW,
+          int WIDTH, int OW>
+struct sl_conv_stager {
+  static_assert(C % SL_GEMM_BK == 0, "a K slice lies within one plane");
+  static constexpr int kPerTap = NP * C / SL_GEMM_BK;  // K slices per tap
+  static constexpr int kSlices = KH * KW * kPerTap;
+  const float* const* planes;
+  int height;
+  SL_I64 pixel[SL_GEMM_A_VECS];  // input pixel of vector j's output pixel (-1: no such row)
+  int t[SL_GEMM_A_VECS], f[SL_GEMM_A_VECS];  // its time and column
+  int a_col;
+  sl_gemm_w_stager<BN, N, KH * KW * NP * C> w;
+
+  SL_FN sl_conv_stager(const float* const* planes_, const float* w0, int batch, int height_,
+                       int m0, int n0, int tid)
+      : planes(planes_), height(height_), w(w0, n0, tid) {
+    const int out_height = height + 2 * PH - DH * (KH - 1);
+    const int rows = batch * out_height * OW;
+    a_col = (tid % (SL_GEMM_BK / 4)) * 4;
+    SL_UNROLL
+    for (int j = 0; j < SL_GEMM_A_VECS; ++j) {
+      const int m = m0 + tid / (SL_GEMM_BK / 4) + j * SL_GEMM_ROW_STEP;
+      const int b = m / (out_height * OW), rest = m % (out_height * OW);
+      t[j] = rest / OW;
+      f[j] = rest % OW;
+      pixel[j] = m < rows ? ((SL_I64)b * height + t[j]) * WIDTH + f[j] : -1;
+    }
+  }
+
+  SL_FN void stage(sl_gemm_smem<BN>& s, int buf, int slice, int tid) const {
+    const int tap = slice / kPerTap, within = slice % kPerTap;
+    const int p = within / (C / SL_GEMM_BK), c0 = within % (C / SL_GEMM_BK) * SL_GEMM_BK;
+    const int dt = tap / KW * DH - PH, df = tap % KW * DW - PW;
+    const float* plane = planes[p] + c0 + a_col;
+    SL_UNROLL
+    for (int j = 0; j < SL_GEMM_A_VECS; ++j) {
+      const int ti = t[j] + dt, fi = f[j] + df;
+      const bool inside = pixel[j] >= 0 && ti >= 0 && ti < height && fi >= 0 && fi < WIDTH;
+      sl_cp_async16(sl_gemm_a_slot(s, buf, j, tid),
+                    inside ? plane + (pixel[j] + (SL_I64)dt * WIDTH + df) * C : planes[0],
+                    inside);
+    }
+    w.stage(s, buf, slice * SL_GEMM_BK, tid);
+  }
+};
 
 // out[m0.., n0..] = acc + bias (BIAS), rows below `rows` and columns below N only; with NORM
 // (the block holds whole rows: BN == N, N a multiple of 32) each row then normalised to zero

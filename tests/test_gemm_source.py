@@ -1,5 +1,6 @@
-"""The CUDA projection kernel (kernels/sl_gemm_cuda.h, projection_cuda_body.h), compiled as C++
-on the CPU and checked against float64.
+"""The CUDA tensor-core kernels (kernels/sl_gemm_cuda.h: the projection, projection_cuda_body.h,
+and the direct 2-D convolution, conv2d_cuda_body.h), compiled as C++ on the CPU and checked
+against float64.
 
 CI has no NVIDIA GPU, so the shipped body is built into a CPU library with the CUDA shim, whose
 ``sl_mma_tf32`` emulates the warp-wide tensor-core product from PTX's fragment layout (each
@@ -8,7 +9,8 @@ is the TF32 rounding. That checks the tiling, staging, bounds, batching, the sec
 bias, and that splitting each operand into two TF32 parts keeps float32 accuracy (the emulated
 sum is truncated, as the tensor core's is, so an accumulation that drifts fails here as it did on
 an H200). Whether the GPU lays out fragments as emulated here is checked on a GPU
-(tests/test_kernels.py::test_project_matches_float64 runs the kernel there).
+(tests/test_kernels.py::test_project_matches_float64 and test_cuda_conv2d_matches_float64 run
+the kernels there).
 
 Skips only if no C++ compiler is found.
 """
@@ -35,6 +37,16 @@ VARIANTS = (
     (24, 36, 40, 12, 12, 16, 1, True, False),
     (64, 64, 64, 512, 512, 64, 1, True, True),
     (32, 20, 20, 0, 4, 32, 1, False, True),
+)
+# (N, BN, C, NP, KH, KW, PH, PW, DH, DW, WIDTH, OW, BIAS): the conv variants, shaped like the
+# model's (a dense block's last layer: four planes, dilation 8 in time; its first layer; the
+# decoders' (1, 3) conv with two column blocks, the second partial) plus a conv without padding
+# whose output is smaller than its input.
+CONV_VARIANTS = (
+    (16, 16, 16, 4, 3, 3, 8, 1, 8, 1, 9, 9, True),
+    (64, 64, 32, 1, 3, 3, 1, 1, 1, 1, 7, 7, True),
+    (80, 64, 16, 1, 1, 3, 0, 1, 1, 1, 5, 5, True),
+    (16, 16, 16, 2, 3, 3, 0, 0, 2, 1, 6, 4, False),
 )
 EPS = 1e-5
 # 3xTF32 keeps float32's accuracy: the error of a K-term float32 dot product, relative to the
@@ -64,6 +76,24 @@ def _harness() -> str:
             f" * (({n} + {bn} - 1) / {bn});",
             "  sl_cuda_cpu_launch(blocks, SL_GEMM_THREADS,",
             f"    [=] {{ projection<{args}>(a0, w0, a1, w1, bias, norm_w, norm_b, out, B, L); }});",
+            "}"]
+    lines += ["template <int N, int BN, int C, int NP, int KH, int KW, int PH, int PW, int DH,",
+              "          int DW, int WIDTH, int OW, bool BIAS>",
+              "void conv2d(const float* x0, const float* x1, const float* x2, const float* x3,",
+              "            const float* w, const float* bias, float* out, int B, int L) {",
+              '#include "conv2d_cuda_body.h"', "}", ""]
+    for i, variant in enumerate(CONV_VARIANTS):
+        n, bn, _, _, kh, _, ph, _, dh = variant[:9]
+        args = ", ".join(str(v).lower() for v in variant)
+        ow = variant[11]
+        lines += [
+            f'extern "C" void conv_{i}(const float* x0, const float* x1, const float* x2,',
+            "    const float* x3, const float* w, const float* bias, float* out, int B, int L) {",
+            f"  const int rows = B * (L + {2 * ph - dh * (kh - 1)}) * {ow};",
+            f"  const unsigned blocks = (rows + SL_GEMM_BM - 1) / SL_GEMM_BM * (({n} + {bn} - 1)"
+            f" / {bn});",
+            "  sl_cuda_cpu_launch(blocks, SL_GEMM_THREADS,",
+            f"    [=] {{ conv2d<{args}>(x0, x1, x2, x3, w, bias, out, B, L); }});",
             "}"]
     return "\n".join(lines) + "\n"
 
@@ -129,3 +159,42 @@ def test_projection_source_bit_identical_runs(harness):
     first, _ = _run(harness, 2, 3, 29, seed=7)
     again, _ = _run(harness, 2, 3, 29, seed=7)
     assert np.array_equal(first, again)
+
+
+def _conv_float64(planes, weight, bias, padding, dilation):
+    """[B, OH, OW, O] of the stride-1 conv of the planes' concatenation, weight [kh, kw, I, O]."""
+    x = np.pad(np.concatenate(planes, axis=-1).astype(np.float64),
+               [(0, 0), (padding[0],) * 2, (padding[1],) * 2, (0, 0)])
+    kh, kw = weight.shape[:2]
+    frames = x.shape[1] - dilation[0] * (kh - 1)
+    width = x.shape[2] - dilation[1] * (kw - 1)
+    y = np.zeros((x.shape[0], frames, width, weight.shape[-1])) + bias
+    for i in range(kh):
+        for j in range(kw):
+            rows = x[:, i * dilation[0]:i * dilation[0] + frames,
+                     j * dilation[1]:j * dilation[1] + width]
+            y += rows @ weight[i, j].astype(np.float64)
+    return y
+
+
+@pytest.mark.parametrize("variant", range(len(CONV_VARIANTS)))
+@pytest.mark.parametrize("batch,height", [(1, 11), (2, 13)])
+def test_conv2d_source_matches_float64(harness, variant, batch, height):
+    """Every tap, plane and channel slice lands on the right pixel, zeros outside the planes,
+    partial row and column blocks, batches; float32 accuracy."""
+    n, _, c, nplanes, kh, kw, ph, pw, dh, dw, width, ow, bias = CONV_VARIANTS[variant]
+    rng = np.random.default_rng(10 * variant + height)
+    planes = [rng.standard_normal((batch, height, width, c)).astype(np.float32)
+              for _ in range(nplanes)]
+    weight = rng.standard_normal((kh, kw, nplanes * c, n)).astype(np.float32)
+    b = rng.standard_normal(n).astype(np.float32) if bias else np.zeros(n, np.float32)
+    out_height = height + 2 * ph - dh * (kh - 1)
+    out = np.full((batch, out_height, ow, n), np.nan, np.float32)
+    inputs = planes + [planes[0]] * (4 - nplanes) + [weight, b, out]
+    getattr(harness, f"conv_{variant}")(
+        *[x.ctypes.data_as(ctypes.c_void_p) for x in inputs], batch, height)
+    want = _conv_float64(planes, weight, b, (ph, pw), (dh, dw))
+    assert want.shape == out.shape and np.isfinite(out).all(), "every output element is written"
+    scale = np.sqrt(np.mean(want ** 2))
+    err = np.sqrt(np.mean((out - want) ** 2)) / scale
+    assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"

@@ -21,7 +21,14 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
-from speechlens_cli.kernels import cpu_binding, cpu_ops, dispatch, notices
+from speechlens_cli.kernels import (
+    cpu_binding,
+    cpu_ops,
+    cuda_conv2d,
+    cuda_projection,
+    dispatch,
+    notices,
+)
 
 ATOL_CONV = 1e-5
 RTOL_SCAN = 1e-5
@@ -572,6 +579,24 @@ def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monke
     assert _rel_rms(out.reshape(want.shape), want) <= RTOL_PROJECT
 
 
+@pytest.mark.parametrize("setting,arch,on", [
+    (None, (9, 0), True),  # the default on a GPU that has the tensor-core instructions
+    ("0", (9, 0), False), ("off", (9, 0), False), ("1", (9, 0), True),
+    (None, (7, 5), False),  # no TF32 mma before compute capability 8.0
+    (None, None, False),  # no CUDA at all
+])
+def test_projection_kernel_is_the_default_where_it_runs(setting, arch, on, monkeypatch):
+    """The tensor-core projections run by default on compute capability 8.0+;
+    SPEECHLENS_CUDA_PROJECTION=0 falls back to MLX's matmul."""
+    if setting is None:
+        monkeypatch.delenv(cuda_projection.PROJECTION_KERNEL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(cuda_projection.PROJECTION_KERNEL_ENV, setting)
+    monkeypatch.setattr(cuda_projection, "compute_capability", lambda: arch)
+    monkeypatch.setattr(cuda_projection, "unusable", lambda: False)
+    assert cuda_projection.enabled() is on
+
+
 @needs_cpu_library
 @pytest.mark.parametrize("isa", [0, *sorted(ISA_NAMES)])
 @pytest.mark.parametrize("rows,ks,n,batch,bias", [
@@ -728,6 +753,47 @@ def test_cpu_conv2d_declines_what_it_cannot_take():
     got = np.array(kernels.conv2d(planes, weight, None, (1, 1), (1, 1)))
     expected = _conv2d_float64(planes, weight, np.zeros(8), (1, 1), (1, 1))
     assert np.abs(got - expected).max() <= RTOL_CONV2D * np.abs(expected).max()
+
+
+# What the CUDA conv takes (planes of one shape, channels per plane and out channels multiples of
+# 16), shaped like the model's uses.
+CUDA_CONV2D_CASES = [
+    ([64, 64, 64, 64], 64, (3, 3), (8, 1), (8, 1), 21, 17),  # a dense block's last layer
+    ([64], 128, (1, 3), (0, 1), (1, 1), 9, 13),  # the decoders' (1, 3) conv: two column blocks
+    ([32, 32], 16, (3, 3), (0, 0), (2, 1), 12, 10),  # no padding: a smaller output
+]
+
+
+@pytest.mark.skipif(BACKEND != "cuda", reason="tests the CUDA conv kernel (no CUDA here)")
+@pytest.mark.parametrize("case", range(len(CUDA_CONV2D_CASES)))
+def test_cuda_conv2d_matches_float64(case, monkeypatch):
+    """The tensor-core conv on the GPU (its logic runs on the CPU in test_gemm_source.py)."""
+    monkeypatch.delenv(cuda_conv2d.CONV_KERNEL_ENV, raising=False)
+    channels, out_channels, kernel, padding, dilation, frames, width = CUDA_CONV2D_CASES[case]
+    planes, weight, bias = _conv2d_inputs(np.random.default_rng(70 + case), channels,
+                                          out_channels, kernel, frames, width)
+    assert cuda_conv2d.enabled()
+    got = kernels.conv2d(planes, weight, bias, padding, dilation)
+    assert got is not None, "the kernel ran"
+    expected = _conv2d_float64(planes, weight, bias, padding, dilation)
+    assert got.shape == expected.shape
+    assert np.abs(np.array(got) - expected).max() <= RTOL_CONV2D * np.abs(expected).max()
+
+
+def test_cuda_conv2d_takes_only_what_it_can_read():
+    """Declined operands go to the caller's matmul form: channels per plane or out channels
+    not a multiple of 16, planes of different shapes or more than four, inputs that do not
+    add up to the weight's."""
+    def planes(*shapes):
+        return [mx.zeros(shape) for shape in shapes]
+
+    weight = mx.zeros((64, 3, 3, 128))
+    assert cuda_conv2d.takes(planes((1, 5, 7, 64), (1, 5, 7, 64)), weight)
+    assert not cuda_conv2d.takes(planes((1, 5, 7, 64), (1, 5, 6, 64)), weight)
+    assert not cuda_conv2d.takes(planes((1, 5, 7, 64)), weight)
+    assert not cuda_conv2d.takes(planes((1, 5, 7, 8)), mx.zeros((64, 3, 3, 8)))
+    assert not cuda_conv2d.takes(planes((1, 5, 7, 64)), mx.zeros((12, 3, 3, 64)))
+    assert not cuda_conv2d.takes(planes(*[(1, 5, 7, 16)] * 5), mx.zeros((16, 3, 3, 80)))
 
 
 def test_projection_geometry_takes_well_formed_operands_only():

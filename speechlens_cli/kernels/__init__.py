@@ -21,8 +21,8 @@ Public functions keep the signatures the model code calls:
 * ``selective_scan(u, delta_raw, A_log, B, C, D, z, strict=False) -> y * SiLU(z)``
 * ``project(terms, bias=None, norm=None) -> sum(a @ w) + bias``, then an optional LayerNorm of
   each row (``LayerNormSpec``): the model's projections (the CPU library's register tiles on the
-  CPU; MLX's matmul elsewhere, on CUDA, opt-in, a float32-accurate tensor-core kernel:
-  ``cuda_projection``)
+  CPU; on CUDA a float32-accurate tensor-core kernel, ``cuda_projection``; MLX's matmul
+  elsewhere)
 * ``conv2d(planes, weight, bias, padding, dilation)``: on the CPU, the encoder's and decoders'
   stride-1 convolutions read straight from their input planes (``kernels/sl_conv2d_cpu.h``);
   None elsewhere

@@ -1,4 +1,4 @@
-"""The model's projections on CUDA tensor cores at float32 accuracy (sl_gemm_cuda.h); opt-in.
+"""The model's projections on CUDA tensor cores at float32 accuracy (sl_gemm_cuda.h).
 
 ``a @ w`` in full float32 runs on the CUDA cores; TF32 alone would break float32 parity. The
 kernel splits every operand into two TF32 parts and takes three tensor-core products per tile,
@@ -6,10 +6,10 @@ which keeps float32 accuracy (measured on an H200: 2.2-2.5e-7 relative RMS, as c
 Second design (256 threads, 128-row tiles, cp.async three slices deep, addresses worked out once
 per thread, the LayerNorm in the store), per call on an H200 at 5 s / 44.1 kHz against MLX's
 matmul in the same run: in_proj half 0.215 vs 0.258 ms, x_proj 0.145 vs 0.205, the merge with
-its LayerNorm 0.219 vs 0.348, all at 1.0-1.6e-7 relative RMS against float64. Not yet run
-through the whole model on a GPU, so it still runs only where SPEECHLENS_CUDA_PROJECTION=1 asks
-for it (docs/kernels.md). It needs compute capability 8.0 or later and NVRTC (compiled once per
-machine, cuda_packed.py); elsewhere the caller runs MLX's matmul.
+its LayerNorm 0.219 vs 0.348, all at 1.0-1.6e-7 relative RMS against float64; the whole 5-s
+window 8-9% faster at 44.1 and 48 kHz (docs/kernels.md). It needs compute capability 8.0 or
+later and NVRTC (compiled once per machine, cuda_packed.py); elsewhere, or with
+SPEECHLENS_CUDA_PROJECTION=0, the caller runs MLX's matmul.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .contract import LayerNormSpec, projection_geometry
 from .cuda_packed import Part, build_variant, launch, unusable
 from .nvrtc import compute_capability
 
-#: Set to 1 to run the projections through this kernel on CUDA (default: MLX's matmul).
+#: Set to 0 to run the projections through MLX's matmul on CUDA instead of this kernel.
 PROJECTION_KERNEL_ENV = "SPEECHLENS_CUDA_PROJECTION"
 THREADS = 256  # SL_GEMM_THREADS
 ROWS_PER_BLOCK = 128  # SL_GEMM_BM
@@ -35,7 +35,7 @@ def column_block(n: int) -> int:
 
 
 def enabled() -> bool:
-    if os.environ.get(PROJECTION_KERNEL_ENV, "0").strip() in ("", "0", "false", "False"):
+    if os.environ.get(PROJECTION_KERNEL_ENV, "1").strip().lower() in ("0", "false", "off"):
         return False
     arch = compute_capability()
     return arch is not None and arch >= (8, 0) and not unusable()

@@ -6,7 +6,7 @@ import os
 
 import mlx.core as mx
 
-from . import cuda_packed, cuda_projection
+from . import cuda_conv2d, cuda_packed, cuda_projection
 from .contract import (
     CONV_WIDTH,
     D_STATE,
@@ -215,10 +215,10 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
     of NB row sets a [NB, ..., K]).
 
     On the CPU, the CPU library's register tiles (cpu_ops.cpu_project: 2-3x the BLAS at these
-    shapes), the LayerNorm applied to each row block while it is in cache; on CUDA with
-    SPEECHLENS_CUDA_PROJECTION=1, one kernel at float32 accuracy on the tensor cores
-    (cuda_projection.py: opt-in, it measured level with cuBLAS); elsewhere MLX's matmul, the
-    terms added in order. Without the CPU library, the LayerNorm is MLX's."""
+    shapes), the LayerNorm applied to each row block while it is in cache; on CUDA (compute
+    capability 8.0+), one kernel at float32 accuracy on the tensor cores with the LayerNorm in
+    its store (cuda_projection.py; SPEECHLENS_CUDA_PROJECTION=0 turns it off); elsewhere
+    MLX's matmul, the terms added in order. Without the CPU library, the LayerNorm is MLX's."""
     which = backend()
     if which == "cpu":
         y = cpu_project(terms, bias, norm)
@@ -241,11 +241,15 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
 def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,
            dilation) -> mx.array | None:
     """A stride-1 NHWC conv of the channel concatenation of `planes` (weight [O, kh, kw, I]),
-    run by the CPU library straight from the planes; None where it does not run (a GPU, no
-    CPU library, shapes it does not take): the caller then runs its matmul form."""
-    if backend() != "cpu":
-        return None
-    return cpu_conv2d(planes, weight, bias, padding, dilation)
+    run straight from the planes by the CPU library, or on CUDA by the tensor-core kernel
+    (cuda_conv2d.py; SPEECHLENS_CUDA_CONV2D=0 turns it off); None where neither runs (Metal,
+    no CPU library or NVRTC, shapes they do not take): the caller then runs its matmul form."""
+    which = backend()
+    if which == "cpu":
+        return cpu_conv2d(planes, weight, bias, padding, dilation)
+    if which == "cuda" and cuda_conv2d.enabled():
+        return cuda_conv2d.conv2d(planes, weight, bias, padding, dilation)
+    return None
 
 
 _packed_probed: dict[int, bool] = {}
@@ -285,4 +289,6 @@ def kernel_info() -> dict[str, str]:
             info["cuda_compilation"] = cuda_packed.describe()
             info["cuda_projections"] = ("tensor cores, float32 accuracy (3xTF32)"
                                         if cuda_projection.enabled() else "MLX matmul")
+            info["cuda_conv2d"] = ("direct, tensor cores, float32 accuracy (3xTF32)"
+                                   if cuda_conv2d.enabled() else "MLX matmuls")
     return info

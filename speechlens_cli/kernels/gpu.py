@@ -36,7 +36,8 @@ CUDA_SCAN_CHUNK = {False: 16, True: 32}
 CUDA_BODIES = {"selective_scan": ("selective_scan_cuda_body.h", "sl_scan_cuda.h"),
                "bimamba_scan": ("bimamba_scan_cuda_body.h", "sl_scan_cuda.h"),
                "bimamba_conv": ("bimamba_conv_body.h", "sl_conv_cuda.h"),
-               "projection": ("projection_cuda_body.h", "sl_gemm_cuda.h")}
+               "projection": ("projection_cuda_body.h", "sl_gemm_cuda.h"),
+               "conv2d": ("conv2d_cuda_body.h", "sl_gemm_cuda.h")}
 
 
 def kernel_sources(name: str, which: str) -> tuple[str, str]:

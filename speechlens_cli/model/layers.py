@@ -92,8 +92,9 @@ class Conv2d(nn.Conv2d):
     workspace ran an H200 out of memory at 5-s windows (measured); the matmul form ran at the
     same speed. With TF32 on, GPUs keep mx.conv2d.
 
-    On the CPU a stride-1 conv runs in the CPU library, read straight from its input
-    (`direct`): 3-4x faster than the matmuls, which copy the input once per kernel column.
+    A stride-1 conv runs straight from its input planes (`direct`) where a kernel does that:
+    the CPU library (3-4x faster than the matmuls, which copy the input once per kernel
+    column) and on CUDA the tensor-core conv (no taps, so no time tiles either).
 
     `of_padded` takes time tiles of planes that already carry their neighbouring rows and
     zero columns (DenseBlock).
@@ -101,8 +102,8 @@ class Conv2d(nn.Conv2d):
 
     def direct(self, planes: list[mx.array]) -> mx.array | None:
         """The conv of the channel concatenation of `planes` without building it, where the
-        backend has such a kernel (the CPU library); None elsewhere."""
-        if _pair(self.stride) != (1, 1):
+        backend has such a kernel (the CPU library, CUDA in full float32); None elsewhere."""
+        if _pair(self.stride) != (1, 1) or _cudnn_convs():
             return None
         return kernels.conv2d(planes, self.weight, self.get("bias"), _pair(self.padding),
                               _pair(self.dilation))
@@ -243,8 +244,8 @@ class DenseBlock(nn.Module):
 
     Each layer reads the earlier outputs as separate planes, so memory grows by one plane per
     layer instead of by the concatenation and its taps. Where the conv has no direct kernel
-    (GPUs), it runs in time tiles (with `dilation` rows of context on each side) and
-    InstanceNorm takes its statistics over all tiles.
+    (Metal, CUDA without NVRTC), it runs in time tiles (with `dilation` rows of context on
+    each side) and InstanceNorm takes its statistics over all tiles.
     """
 
     def __init__(self, channels: int, depth: int = 4):
