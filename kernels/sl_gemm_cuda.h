@@ -346,7 +346,7 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
     }
   }
   __syncthreads();
-  if (NORM) {
+  if constexpr (NORM) {  // constexpr: N / 32 is no array size for narrower outputs
     // a warp per row, N / 32 values per lane; every lane of every warp takes part in every
     // row's sums (rows past the end included), only the stores are bounded
     constexpr int kPer = N / 32;

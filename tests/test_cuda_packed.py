@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
-from speechlens_cli.kernels import cuda_packed, gpu, nvrtc
+from speechlens_cli.kernels import cuda_conv2d, cuda_packed, gpu, nvrtc
 from speechlens_cli.kernels.sources import source
 
 RTOL = 1e-5  # relative RMS error vs float64
@@ -182,6 +182,26 @@ def test_every_model_variant_compiles_with_nvrtc(kind, channels, rank, strict, a
     name, text, _ = _variant(kind, channels, rank, strict)
     cubin = nvrtc.compile_cubin(lib, text, name, arch)
     assert cubin[:4] == b"\x7fELF" and name.encode() in cubin
+
+
+@pytest.mark.parametrize("out_channels,nplanes,kernel,padding,dilation", [
+    (64, 4, (3, 3), (8, 1), (8, 1)),  # a dense block's last layer
+    (128, 1, (1, 3), (0, 1), (1, 1)),  # the decoders' (1, 3) conv: two column blocks
+    (16, 2, (3, 3), (0, 0), (2, 1)),  # narrower than a warp: no LayerNorm code for it
+])
+def test_conv2d_variants_compile_with_nvrtc(out_channels, nplanes, kernel, padding, dilation,
+                                            monkeypatch):
+    """The CUDA conv's variants, as cuda_conv2d builds them (the CPU shim's compiler accepts
+    things NVRTC refuses, such as an array of size zero)."""
+    lib = nvrtc.nvrtc()
+    if lib is None:
+        pytest.skip("no NVRTC library here (pip install nvidia-cuda-nvrtc)")
+    monkeypatch.setattr(cuda_packed, "cached_cubin",
+                        lambda text, name: nvrtc.compile_cubin(lib, text, name, (9, 0)))
+    out_width = 27 + 2 * padding[1] - dilation[1] * (kernel[1] - 1)
+    built = cuda_conv2d._kernel.__wrapped__(out_channels, 64, nplanes, kernel, padding, dilation,
+                                            27, out_width, True)
+    assert built is not None and built[1][:4] == b"\x7fELF"
 
 
 def test_a_compile_error_is_reported_with_the_log():

@@ -262,6 +262,7 @@ class DenseBlock(nn.Module):
             whole = conv.direct(planes)  # no concatenation or taps to bound: one tile
             if whole is not None:
                 planes.insert(0, norm([whole], act=act)[0])
+                mx.eval(planes[0])  # a GPU holds a pending graph's every buffer: a layer at a time
                 continue
             planes.insert(0, self._in_time_tiles(planes, conv, norm, act, x.shape[2]))
         newest = planes[0]
