@@ -23,9 +23,10 @@ Public functions keep the signatures the model code calls:
   each row (``LayerNormSpec``): the model's projections (the CPU library's register tiles on the
   CPU; on CUDA a float32-accurate tensor-core kernel, ``cuda_projection``; MLX's matmul
   elsewhere)
-* ``conv2d(planes, weight, bias, padding, dilation)``: on the CPU, the encoder's and decoders'
-  stride-1 convolutions read straight from their input planes (``kernels/sl_conv2d_cpu.h``);
-  None elsewhere
+* ``conv2d(planes, weight, bias, padding, dilation)``: the encoder's and decoders' stride-1
+  convolutions read straight from their input planes: on the CPU the CPU library's
+  (``kernels/sl_conv2d_cpu.h``), on CUDA a float32-accurate tensor-core kernel
+  (``cuda_conv2d``); None elsewhere
 
 The conv validates its inputs and falls back to ``mx.conv1d(groups=D)`` cropped to L (one logged
 warning per reason) on a validation or dispatch failure, or when
@@ -39,8 +40,9 @@ library compiled at run time goes; default ``$XDG_CACHE_HOME/speechlens`` or
 
 Modules: ``dispatch`` (the public entry points and which implementation runs), ``gpu`` (Metal
 and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba block's
-kernels compiled once per machine and cached), ``cuda_projection`` (the projection kernel),
-``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes), ``fallback`` (MLX ops),
+kernels compiled once per machine and cached), ``cuda_projection`` and ``cuda_conv2d`` (the
+tensor-core kernels), ``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes),
+``fallback`` (MLX ops),
 ``contract`` (accepted shapes), ``sources``, ``build`` (the build description setup.py shares)
 and ``compiler`` (building the CPU library at run time).
 """
