@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import soundfile as sf
 from click.testing import CliRunner
 
 from speechlens_cli import checkpoint, kernels
@@ -43,6 +44,52 @@ def test_bench_command_runs_and_writes_reports(tiny_checkpoint, tmp_path):
     assert report["targets"][0]["met"] == "n/a"
     markdown = (tmp_path / "smoke.md").read_text()
     assert "| 5s-16k-w5-strict | 5 s | 16000 | 5 s | strict | 1 | 0 + 1 |" in markdown
+
+
+class _Library:
+    """A CPU library whose best build is `best` (2 AVX-512, 1 AVX2, 0 generic)."""
+
+    def __init__(self, best: int):
+        self.best = best
+
+    def isa(self, requested: int = -1) -> int:
+        return self.best if requested < 0 or requested > self.best else requested
+
+    def isa_name(self, requested: int = -1) -> str:
+        return {0: "generic", 1: "AVX2", 2: "AVX-512"}[self.isa(requested)]
+
+
+@pytest.mark.parametrize("best,chosen,builds", [
+    (2, "", [("avx2", "AVX2")]),  # an AVX-512 CPU: the AVX2 build's numbers too
+    (1, "", []),  # AVX2 is the best here: one build
+    (0, "", []),
+    (2, "avx512", []),  # the user chose a build
+])
+def test_the_bench_times_both_builds_where_the_cpu_has_both(best, chosen, builds, monkeypatch):
+    monkeypatch.setattr(kernels, "backend", lambda: "cpu")
+    monkeypatch.setattr(kernels, "cpu_library", lambda: _Library(best))
+    monkeypatch.setenv(kernels.CPU_ISA_ENV, chosen)
+    assert runner.other_cpu_builds() == builds
+
+
+def test_a_case_on_another_build_is_named_and_run_on_it(tiny_checkpoint, tmp_path, monkeypatch):
+    """The extra rows: the case's name with the build's suffix, a note naming the build, and
+    the kernels run on it while (and only while) its trials run."""
+    model = checkpoint.load_model(str(tiny_checkpoint), download=False)
+    case = next(c for c in matrix.all_cases() if c.name == "5s-16k-w5-standard")
+    src = tmp_path / "in.wav"
+    sf.write(str(src), noisy_speech(16000, 5.0), 16000, subtype="FLOAT")
+    seen = []
+    real = kernels.cpu_isa
+    monkeypatch.setattr(runner.api, "enhance_channels",
+                        lambda *a, **k: (seen.append(real()), a[1])[1])
+    monkeypatch.delenv(kernels.CPU_ISA_ENV, raising=False)
+    options = runner.Options(cases=[case], peer_patterns=None, warmup=0, trials=1)
+    row = runner._run_case(case, model, src, tmp_path, options, False, lambda line: None,
+                           ("generic", "generic (4 lanes)"))
+    assert row["case"] == "5s-16k-w5-standard-generic" and "error" not in row
+    assert "generic (4 lanes) build" in row["note"] and seen == [0]
+    assert kernels.CPU_ISA_ENV not in os.environ
 
 
 def test_bench_rejects_patterns_matching_nothing(tiny_checkpoint, tmp_path):

@@ -21,6 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
+from speechlens_cli.errors import UsageError
 from speechlens_cli.kernels import (
     cpu_binding,
     cpu_ops,
@@ -449,6 +450,35 @@ def test_cpu_threads_do_not_change_results(monkeypatch):
     monkeypatch.setenv("SPEECHLENS_CPU_THREADS", "3")
     three = np.array(kernels.selective_scan(*args, strict=True))
     assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
+
+
+@needs_cpu_library
+def test_cpu_isa_setting_picks_the_library_build(monkeypatch):
+    """SPEECHLENS_CPU_ISA runs the build it names (a build this CPU lacks resolves to its
+    best): the generic build's projection and scan equal the explicit isa=0 calls bit for bit,
+    and kernel_info names it."""
+    rng = np.random.default_rng(44)
+    terms = [(mx.array(rng.standard_normal((2, 29, 64)).astype(np.float32)),
+              mx.array(rng.standard_normal((64, 48)).astype(np.float32)))]
+    scan = _scan_inputs(rng, 3, 21, 64)
+    monkeypatch.setenv(kernels.CPU_ISA_ENV, "generic")
+    assert kernels.cpu_isa() == 0 and kernels.kernel_info()["cpu_isa"].startswith("generic")
+    chosen = np.array(kernels.project(terms))
+    assert np.array_equal(chosen, np.array(cpu_ops.cpu_project(terms, None, isa=0)))
+    chosen_scan = np.array(kernels.selective_scan(*scan))
+    monkeypatch.delenv(kernels.CPU_ISA_ENV)
+    explicit = np.array(cpu_ops.cpu_scan(kernels.cpu_library(), *scan, strict=False, isa=0))
+    assert np.array_equal(chosen_scan, explicit)
+    assert kernels.kernel_info()["cpu_isa"] == kernels.cpu_library().isa_name()
+
+
+def test_cpu_isa_setting_is_checked(monkeypatch):
+    for value, isa in (("", -1), ("best", -1), ("AVX512", 2), (" avx2 ", 1), ("generic", 0)):
+        monkeypatch.setenv(kernels.CPU_ISA_ENV, value)
+        assert kernels.cpu_isa() == isa
+    monkeypatch.setenv(kernels.CPU_ISA_ENV, "sse9")
+    with pytest.raises(UsageError, match="SPEECHLENS_CPU_ISA must be one of"):
+        kernels.cpu_isa()
 
 
 @needs_cpu_library

@@ -528,6 +528,20 @@ def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monk
     assert "fix: unset SPEECHLENS_CPU_THREADS" in doctor.output
 
 
+def test_a_bad_cpu_build_choice_is_a_usage_error(tmp_path, tiny_checkpoint, monkeypatch):
+    """SPEECHLENS_CPU_ISA naming no build: exit 2, one line naming the variable and the
+    choices, nothing written; doctor says how to fix it."""
+    monkeypatch.setenv("SPEECHLENS_CPU_ISA", "sse9")
+    source = make_audio(tmp_path / "a.wav")
+    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 2, result.output
+    assert ("SPEECHLENS_CPU_ISA must be one of best, avx512, avx2, generic"
+            in one_error_line(result.stderr))
+    assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+    doctor = invoke("doctor", "--model", tiny_checkpoint)
+    assert "fix: unset SPEECHLENS_CPU_ISA or set it to one of best, avx512, avx2" in doctor.output
+
+
 @cases(3)
 def test_names_that_are_not_utf8_are_enhanced(tmp_path, tiny_checkpoint):
     """Input and output names with bytes that are not UTF-8 (old Latin-1 file systems, damaged

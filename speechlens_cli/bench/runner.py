@@ -13,17 +13,19 @@ once per TF32 setting; it runs only for groups whose window holds the whole file
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import gc
 import importlib.util
 import json
+import os
 import resource
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -206,6 +208,9 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
                 body["cases"].append(row)
                 if "error" not in row:
                     outputs[case.mode] = _read(tmp / f"out-{case.name}.wav")
+                for build in other_cpu_builds():
+                    body["cases"].append(_run_case(case, model, src, tmp, options, gpu, log,
+                                                   build))
                 if on_progress:
                     on_progress(body)
             want_peer = options.peer_patterns is not None and any(
@@ -231,12 +236,27 @@ def run(options: Options, ckpt: BenchCheckpoint, log: Log,
     return body
 
 
+def other_cpu_builds() -> list[tuple[str, str]]:
+    """(SPEECHLENS_CPU_ISA value, name) of each CPU library build this CPU runs besides the one
+    it picks: AVX2 where the best is AVX-512, so a report has both builds' numbers. None on a
+    GPU, without the library, or where SPEECHLENS_CPU_ISA already chose a build."""
+    lib = kernels.cpu_library() if kernels.backend() == "cpu" else None
+    if lib is None or os.environ.get(kernels.CPU_ISA_ENV, "").strip():
+        return []
+    avx2 = kernels.CPU_ISA_CHOICES["avx2"]
+    has_both = lib.isa() > avx2 and lib.isa(avx2) == avx2
+    return [("avx2", lib.isa_name(avx2))] if has_both else []
+
+
 def _run_case(case: matrix.Case, model, src: Path, tmp: Path, options: Options, gpu: bool,
-              log: Log) -> dict:
+              log: Log, build: tuple[str, str] | None = None) -> dict:
+    """One case's trials; `build` (other_cpu_builds) runs them on that CPU library build, as
+    the case named with the build's suffix."""
     defaults = matrix.default_repeats(case, gpu)
     warmup = defaults.warmup if options.warmup is None else options.warmup
     trials = defaults.trials if options.trials is None else options.trials
-    dst = tmp / f"out-{case.name}.wav"
+    name = case.name if build is None else f"{case.name}-{build[0]}"
+    dst = tmp / f"out-{name}.wav"
     strict = case.mode == "strict"
     windows = 0
 
@@ -245,27 +265,44 @@ def _run_case(case: matrix.Case, model, src: Path, tmp: Path, options: Options, 
         windows = stream(src, dst, lambda w: api.enhance_channels(model, w, case.rate, strict),
                           case.rate, case.window, options.overlap)
 
-    row = {"case": case.name, "seconds": case.seconds, "rate": case.rate, "window_s": case.window,
+    row = {"case": name, "seconds": case.seconds, "rate": case.rate, "window_s": case.window,
            "overlap": options.overlap, "mode": case.mode, "load_at_start": load_average()}
-    log(f"{case.name}: {warmup} warm-up + {trials} trials (load {row['load_at_start']})")
+    log(f"{name}: {warmup} warm-up + {trials} trials (load {row['load_at_start']})")
     gc.collect()
     mx.clear_cache()
     mx.reset_peak_memory()
     row["rss_before_bytes"] = rss_now()
     reset_rss_peak()
     try:
-        timing = time_runs(once, warmup, trials, options.budget_s, log, case.name)
+        with _cpu_build(build):
+            timing = time_runs(once, warmup, trials, options.budget_s, log, name)
     except Exception as error:  # noqa: BLE001 - one failing case must not lose the others
         row["error"] = f"{type(error).__name__}: {error}"
-        log(f"{case.name}: FAILED {row['error']}")
+        log(f"{name}: FAILED {row['error']}")
         return row
     row.update(_timing_fields(timing, case.seconds))
+    if build is not None:
+        built = f"the CPU library's {build[1]} build ({kernels.CPU_ISA_ENV}={build[0]})"
+        row["note"] = "; ".join(n for n in (built, row["note"]) if n)
     row.update(windows=windows, mlx_peak_bytes=int(mx.get_peak_memory()),
                rss_peak_bytes=rss_peak(), load_at_end=load_average())
-    log(f"{case.name}: median {timing.median_s:.3f} s, RTF {row['rtf_median']:.3f}, "
+    log(f"{name}: median {timing.median_s:.3f} s, RTF {row['rtf_median']:.3f}, "
         f"MLX peak {row['mlx_peak_bytes'] / 2**20:.0f} MiB, RSS peak "
         f"{row['rss_peak_bytes'] / 2**20:.0f} MiB")
     return row
+
+
+@contextlib.contextmanager
+def _cpu_build(build: tuple[str, str] | None) -> Iterator[None]:
+    """SPEECHLENS_CPU_ISA set to `build`'s value for the duration (nothing if None)."""
+    if build is None:
+        yield
+        return
+    os.environ[kernels.CPU_ISA_ENV] = build[0]
+    try:
+        yield
+    finally:
+        del os.environ[kernels.CPU_ISA_ENV]
 
 
 def _timing_fields(timing: Timing, seconds: float) -> dict:

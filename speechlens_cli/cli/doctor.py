@@ -85,7 +85,10 @@ def _kernel_check() -> Check:
     fallback to the slow MLX-op versions."""
     try:
         info = kernels.kernel_info()
-    except UsageError as error:  # a bad SPEECHLENS_CPU_THREADS
+    except UsageError as error:  # a bad SPEECHLENS_CPU_THREADS or SPEECHLENS_CPU_ISA
+        if kernels.CPU_ISA_ENV in str(error):
+            return Check("kernels", str(error), f"unset {kernels.CPU_ISA_ENV} or set it to one "
+                         f"of {', '.join(kernels.CPU_ISA_CHOICES)}")
         return Check("kernels", str(error),
                      f"unset {kernels.CPU_THREADS_ENV} or set it to a thread count")
     text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")

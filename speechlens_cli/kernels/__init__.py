@@ -34,9 +34,10 @@ warning per reason) on a validation or dispatch failure, or when
 no fallback on GPU backends: a bad input is an internal error (:class:`KernelInputError`).
 
 Environment: ``SPEECHLENS_CPU_THREADS`` (CPU threads for the CPU kernels; default: all
-usable cores), ``SPEECHLENS_KERNEL_DIR`` (kernel sources), ``SPEECHLENS_CACHE_DIR`` (where a CPU
-library compiled at run time goes; default ``$XDG_CACHE_HOME/speechlens`` or
-``~/.cache/speechlens``).
+usable cores), ``SPEECHLENS_CPU_ISA`` (which SIMD build of the CPU library runs: best, avx512,
+avx2, generic; default: the best this CPU has), ``SPEECHLENS_KERNEL_DIR`` (kernel sources),
+``SPEECHLENS_CACHE_DIR`` (where a CPU library compiled at run time goes; default
+``$XDG_CACHE_HOME/speechlens`` or ``~/.cache/speechlens``).
 
 Modules: ``dispatch`` (the public entry points and which implementation runs), ``gpu`` (Metal
 and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba block's
@@ -70,7 +71,15 @@ if _version_tuple(mx.__version__) < MIN_MLX_VERSION:
 from .build import CPU_COMPILE_FLAGS  # noqa: E402
 from .compiler import compile_cpu_library, find_cxx  # noqa: E402
 from .contract import CONV_WIDTH, D_STATE, KernelInputError, LayerNormSpec  # noqa: E402
-from .cpu_binding import CPU_THREADS_ENV, cpu_library, cpu_threads, usable_cores  # noqa: E402
+from .cpu_binding import (  # noqa: E402
+    CPU_ISA_CHOICES,
+    CPU_ISA_ENV,
+    CPU_THREADS_ENV,
+    cpu_isa,
+    cpu_library,
+    cpu_threads,
+    usable_cores,
+)
 from .cpu_ops import cpu_exp2_decay, cpu_exp_poly, instance_norm_prelu  # noqa: E402
 from .dispatch import (  # noqa: E402
     DISABLE_CONV_ENV,
@@ -92,12 +101,15 @@ from .scratch import lend_scratch, scratch_pool  # noqa: E402
 from .sources import kernel_source_dir  # noqa: E402
 
 __all__ = [
-    "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_THREADS_ENV", "DISABLE_CONV_ENV",
+    "CONV_INPUTS", "CONV_WIDTH", "CPU_COMPILE_FLAGS", "CPU_ISA_CHOICES", "CPU_ISA_ENV",
+    "CPU_THREADS_ENV",
+    "DISABLE_CONV_ENV",
     "DISABLE_CONV_ENV_ALIAS", "D_STATE", "GPU_THREADGROUP", "KernelInputError", "LayerNormSpec",
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "bimamba_conv",
     "bimamba_scan", "causal_conv1d", "conv2d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
-    "cpu_exp_poly", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend", "instance_norm_prelu",
+    "cpu_exp_poly", "cpu_isa", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend",
+    "instance_norm_prelu",
     "kernel_info", "kernel_source_dir", "lend_scratch", "project", "scratch_pool",
     "selective_scan", "selective_scan_ops", "usable_cores",
 ]

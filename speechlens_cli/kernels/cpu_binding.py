@@ -18,6 +18,10 @@ from .notices import warn_once
 from .sources import cache_dir, cpu_sources_hash
 
 CPU_THREADS_ENV = "SPEECHLENS_CPU_THREADS"
+#: Which of the library's SIMD builds runs (the best this CPU has unless set): benchmarks
+#: compare them on a CPU that runs more than one.
+CPU_ISA_ENV = "SPEECHLENS_CPU_ISA"
+CPU_ISA_CHOICES = {"best": -1, "avx512": 2, "avx2": 1, "generic": 0}
 #: sl_cpu_selective_scan's flags bit: walk (batch, channel group) units as GPU threads do.
 SCAN_THREAD_ORDER = 1
 
@@ -120,8 +124,8 @@ class CpuLibrary:
         return _ISA_NAMES.get(self.isa(requested), "?")
 
     def lanes(self) -> int:
-        """SIMD width, in channels, of the best ISA here."""
-        return _ISA_LANES.get(self.isa(), 4)
+        """SIMD width, in channels, of the ISA the kernels run here (cpu_isa)."""
+        return _ISA_LANES.get(self.isa(cpu_isa()), 4)
 
 
 def _prebuilt_paths() -> list[Path]:
@@ -176,6 +180,18 @@ def usable_cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):  # macOS has no affinity call
         return max(1, os.cpu_count() or 1)
+
+
+def cpu_isa() -> int:
+    """The ISA SPEECHLENS_CPU_ISA asks for (best, avx512, avx2, generic), -1 (the best this CPU
+    has) if unset; a build the CPU lacks resolves to its best (CpuLibrary.isa)."""
+    env = os.environ.get(CPU_ISA_ENV, "").strip().lower()
+    if not env:
+        return -1
+    if env not in CPU_ISA_CHOICES:
+        raise UsageError(f"{CPU_ISA_ENV} must be one of {', '.join(CPU_ISA_CHOICES)}, "
+                         f"got {env[:40]!r}")
+    return CPU_ISA_CHOICES[env]
 
 
 def cpu_threads() -> int:

@@ -18,7 +18,7 @@ from .contract import (
     in_time_order,
     projection_geometry,
 )
-from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_library, cpu_threads
+from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_isa, cpu_library, cpu_threads
 from .fallback import two_direction_delta_raw
 
 
@@ -54,6 +54,11 @@ def _fresh(shape, *inputs: mx.array) -> tuple[mx.array | None, np.ndarray]:
             or (None, np.empty(shape, np.float32)))
 
 
+def _isa(isa: int) -> int:
+    """An entry point's `isa` argument: -1 (the default) is SPEECHLENS_CPU_ISA's choice."""
+    return cpu_isa() if isa < 0 else isa
+
+
 def _result(out: mx.array | None, ov: np.ndarray) -> mx.array:
     return out if out is not None else mx.array(ov)
 
@@ -67,7 +72,8 @@ def _conv_into(lib: CpuLibrary, xv: np.ndarray, wv: np.ndarray, bv: np.ndarray,
         x=xv.ctypes.data, x_strides=_strides(xv), weight=wv.ctypes.data,
         weight_strides=_strides(wv), bias=bv.ctypes.data, bias_stride=bv.strides[0] // 4,
         out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
-        channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=-1, silu=int(silu))
+        channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=cpu_isa(),
+        silu=int(silu))
     if rc != 0:
         raise RuntimeError(f"sl_cpu_causal_conv1d returned {rc}")
 
@@ -94,7 +100,7 @@ def cpu_bimamba_conv(lib: CpuLibrary, x, weight, bias) -> mx.array:
         x=xv.ctypes.data, x_strides=_strides(xv), weight=wv.ctypes.data,
         weight_strides=_strides(wv), bias=bv.ctypes.data, bias_strides=_strides(bv),
         out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
-        channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=-1)
+        channels=channels, taps=CONV_WIDTH, threads=cpu_threads(), isa=cpu_isa())
     if rc != 0:
         raise RuntimeError(f"sl_cpu_bimamba_conv1d returned {rc}")
     return _result(out, ov)
@@ -112,7 +118,7 @@ def _scan_into(lib: CpuLibrary, uv, dv, av, bv, cv, sv, zv, ov, strict: bool, is
         D_stride=sv.strides[0] // 4, z=zv.ctypes.data, z_strides=_strides(zv),
         out=ov.ctypes.data, out_strides=_strides(ov), batch=batch, length=length,
         channels=channels, states=D_STATE, strict=int(bool(strict)), threads=cpu_threads(),
-        isa=isa, flags=SCAN_THREAD_ORDER if thread_order else 0,
+        isa=_isa(isa), flags=SCAN_THREAD_ORDER if thread_order else 0,
         dt_weight_t=None if wv is None else wv.ctypes.data,
         dt_bias=None if biasv is None else biasv.ctypes.data,
         rank=0 if wv is None else wv.shape[0])
@@ -243,7 +249,7 @@ def cpu_conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, 
                     bias=None if bias_v is None else bias_v.ctypes.data, out=ov.ctypes.data,
                     batch=batch, height=height, width=width, out_channels=out_channels,
                     kernel_height=kh, kernel_width=kw, pad_height=ph, pad_width=pw,
-                    dilation_height=dh, dilation_width=dw, threads=cpu_threads(), isa=isa)
+                    dilation_height=dh, dilation_width=dw, threads=cpu_threads(), isa=_isa(isa))
     if rc != 0:
         raise RuntimeError(f"sl_cpu_conv2d returned {rc}")
     return _result(out, ov)
@@ -284,7 +290,7 @@ def cpu_project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
         out_strides=_strides(ov), batch=nb, rows=rows, columns=n,
         norm_weight=None if nw is None else nw.ctypes.data,
         norm_bias=None if nbias is None else nbias.ctypes.data,
-        norm_eps=0.0 if norm is None else norm.eps, threads=cpu_threads(), isa=isa)
+        norm_eps=0.0 if norm is None else norm.eps, threads=cpu_threads(), isa=_isa(isa))
     if rc != 0:
         raise RuntimeError(f"sl_cpu_project returned {rc}")
     return _result(out, ov).reshape(*terms[0][0].shape[:-1], n)
@@ -307,5 +313,5 @@ def _map(entry, x: np.ndarray, isa: int) -> np.ndarray:
         raise RuntimeError("the CPU kernel library is unavailable")
     xv = np.ascontiguousarray(x, dtype=np.float32)
     out = np.empty_like(xv)
-    entry(lib)(x=xv.ctypes.data, y=out.ctypes.data, n=xv.size, isa=isa)
+    entry(lib)(x=xv.ctypes.data, y=out.ctypes.data, n=xv.size, isa=_isa(isa))
     return out

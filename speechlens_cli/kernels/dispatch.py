@@ -18,7 +18,7 @@ from .contract import (
     validate_conv,
     validate_scan,
 )
-from .cpu_binding import cpu_library, cpu_threads
+from .cpu_binding import cpu_isa, cpu_library, cpu_threads
 from .cpu_ops import (
     cpu_bimamba_conv,
     cpu_bimamba_scan,
@@ -281,7 +281,7 @@ def kernel_info() -> dict[str, str]:
         lib = cpu_library()
         info["cpu_library"] = str(lib.path) if lib else "unavailable (MLX-op fallbacks)"
         if lib:
-            info["cpu_isa"] = lib.isa_name()
+            info["cpu_isa"] = lib.isa_name(cpu_isa())
             info["cpu_threads"] = str(cpu_threads())
     else:
         info["gpu_kernels"] = launch_description(which)
