@@ -19,4 +19,5 @@ using Taps = sl_conv_stager<BN, N, C, NP, KH, KW, PH, PW, DH, DW, WIDTH, OW>;
 const Taps taps(planes, w, B, L, m0, n0, threadIdx.x);
 sl_gemm_pipeline<BN>(smem, acc, Taps::kSlices,
                      [&](int slice, int buf) { taps.stage(smem, buf, slice, threadIdx.x); });
-sl_gemm_store<BN, N, BIAS, false>(smem, acc, out, out_rows, bias, bias, bias, 0.0f, m0, n0);
+const sl_gemm_epilogue epilogue = {bias, bias, bias, 0.0f, bias, 0};
+sl_gemm_store<BN, N, BIAS, false, false>(smem, acc, out, out_rows, epilogue, m0, n0);

@@ -319,15 +319,31 @@ struct sl_conv_stager {
   }
 };
 
-// out[m0.., n0..] = acc + bias (BIAS), rows below `rows` and columns below N only; with NORM
-// (the block holds whole rows: BN == N, N a multiple of 32) each row then normalised to zero
-// mean and unit variance (divided by sqrt(variance + eps)) and scaled by norm_w, shifted by
-// norm_b: a LayerNorm.
-template <int BN, int N, bool BIAS, bool NORM>
+SL_FN void sl_add4(float4& v, float4 b) {
+  v.x = __fadd_rn(v.x, b.x);
+  v.y = __fadd_rn(v.y, b.y);
+  v.z = __fadd_rn(v.z, b.z);
+  v.w = __fadd_rn(v.w, b.w);
+}
+
+// What the store applies to the product: the bias (BIAS), a LayerNorm of each row (NORM: the
+// block holds whole rows, BN == N, N a multiple of 32: zero mean and unit variance, divided by
+// sqrt(variance + eps), scaled by norm_w and shifted by norm_b), then a residual (RESIDUAL:
+// residual[row * residual_stride + column] added last, as `x + f(x)` adds it).
+struct sl_gemm_epilogue {
+  const float* __restrict__ bias;
+  const float* __restrict__ norm_w;
+  const float* __restrict__ norm_b;
+  float eps;
+  const float* __restrict__ residual;
+  SL_I64 residual_stride;
+};
+
+// out[m0.., n0..] = the epilogue of acc, rows below `rows` and columns below N only.
+template <int BN, int N, bool BIAS, bool NORM, bool RESIDUAL>
 SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
-                         float* __restrict__ out, int rows, const float* __restrict__ bias,
-                         const float* __restrict__ norm_w, const float* __restrict__ norm_b,
-                         float eps, int m0, int n0) {
+                         float* __restrict__ out, int rows, const sl_gemm_epilogue& e, int m0,
+                         int n0) {
   static_assert(!NORM || (BN == N && N % 32 == 0), "a LayerNorm needs whole rows in a block");
   constexpr int kOs = sl_gemm_smem<BN>::out_stride;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -357,7 +373,7 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
       for (int j = 0; j < kPer; ++j) {
         const int col = lane + 32 * j;
         v[j] = s.out[row * kOs + col];
-        if (BIAS) v[j] = __fadd_rn(v[j], __ldg(bias + col));
+        if (BIAS) v[j] = __fadd_rn(v[j], __ldg(e.bias + col));
         sum = __fadd_rn(sum, v[j]);
       }
       const float mean = __fdiv_rn(sl_warp_sum(sum), (float)N);
@@ -368,14 +384,17 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
         squares = __fadd_rn(squares, __fmul_rn(v[j], v[j]));
       }
       const float variance = __fdiv_rn(sl_warp_sum(squares), (float)N);
-      const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(variance, eps)));
+      const float scale = __fdiv_rn(1.0f, sqrtf(__fadd_rn(variance, e.eps)));
       if (m0 + row < rows) {
         SL_UNROLL
         for (int j = 0; j < kPer; ++j) {
           const int col = lane + 32 * j;
-          out[(SL_I64)(m0 + row) * N + col] =
-              __fadd_rn(__fmul_rn(__fmul_rn(v[j], scale), __ldg(norm_w + col)),
-                        __ldg(norm_b + col));
+          float y = __fadd_rn(__fmul_rn(__fmul_rn(v[j], scale), __ldg(e.norm_w + col)),
+                              __ldg(e.norm_b + col));
+          if (RESIDUAL) {
+            y = __fadd_rn(y, __ldg(e.residual + (m0 + row) * e.residual_stride + col));
+          }
+          out[(SL_I64)(m0 + row) * N + col] = y;
         }
       }
     }
@@ -386,12 +405,10 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
     const int r = i / (BN / 4), c = (i % (BN / 4)) * 4;
     if (m0 + r >= rows || n0 + c >= N) continue;
     float4 v = *reinterpret_cast<const float4*>(s.out + r * kOs + c);
-    if (BIAS) {
-      const float4 b = __ldg(reinterpret_cast<const float4*>(bias + n0 + c));
-      v.x = __fadd_rn(v.x, b.x);
-      v.y = __fadd_rn(v.y, b.y);
-      v.z = __fadd_rn(v.z, b.z);
-      v.w = __fadd_rn(v.w, b.w);
+    if (BIAS) sl_add4(v, __ldg(reinterpret_cast<const float4*>(e.bias + n0 + c)));
+    if (RESIDUAL) {
+      const float* row = e.residual + (m0 + r) * e.residual_stride + n0 + c;
+      sl_add4(v, __ldg(reinterpret_cast<const float4*>(row)));
     }
     *reinterpret_cast<float4*>(out + (SL_I64)(m0 + r) * N + n0 + c) = v;
   }

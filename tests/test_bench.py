@@ -168,7 +168,7 @@ def test_profile_times_every_component_and_restores_the_model(tiny_checkpoint):
     # both directions per call: two BiMambas per TF block, one in_proj / merge each
     inner = model.config.d_inner
     assert calls[f"Mamba in_proj, both directions (x2) ({width}->{2 * inner})"] == 2 * blocks
-    assert calls[f"BiMamba merge: out_projs folded into output_proj, then LayerNorm "
+    assert calls[f"BiMamba merge: out_projs folded into output_proj, then LayerNorm, + residual "
                  f"({2 * inner}->{width})"] == 2 * blocks
     assert not any("LayerNorm" in name and "merge" not in name for name in calls)  # in the merge
     assert calls["STFT (frames, rfft, log1p |X|, atan2)"] == 1

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
-from speechlens_cli.kernels import cuda_conv2d, cuda_packed, gpu, nvrtc
+from speechlens_cli.kernels import cuda_conv2d, cuda_packed, cuda_projection, gpu, nvrtc
 from speechlens_cli.kernels.sources import source
 
 RTOL = 1e-5  # relative RMS error vs float64
@@ -201,6 +201,21 @@ def test_conv2d_variants_compile_with_nvrtc(out_channels, nplanes, kernel, paddi
     out_width = 27 + 2 * padding[1] - dilation[1] * (kernel[1] - 1)
     built = cuda_conv2d._kernel.__wrapped__(out_channels, 64, nplanes, kernel, padding, dilation,
                                             27, out_width, True)
+    assert built is not None and built[1][:4] == b"\x7fELF"
+
+
+@pytest.mark.parametrize("n,ks,nb,bias,eps,residual", [
+    (256, (64,), 1, False, None, False),  # an in_proj half
+    (36, (256,), 2, False, None, False),  # both directions' x_proj
+    (64, (64, 512), 1, True, 1e-5, True),  # the merge: LayerNorm and the TF block's residual
+])
+def test_projection_variants_compile_with_nvrtc(n, ks, nb, bias, eps, residual, monkeypatch):
+    lib = nvrtc.nvrtc()
+    if lib is None:
+        pytest.skip("no NVRTC library here (pip install nvidia-cuda-nvrtc)")
+    monkeypatch.setattr(cuda_packed, "cached_cubin",
+                        lambda text, name: nvrtc.compile_cubin(lib, text, name, (9, 0)))
+    built = cuda_projection._kernel.__wrapped__(n, ks, nb, bias, eps, residual)
     assert built is not None and built[1][:4] == b"\x7fELF"
 
 

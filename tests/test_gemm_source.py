@@ -25,18 +25,22 @@ import pytest
 
 from speechlens_cli import kernels
 
-# (N, K0, LDA0, K1, LDA1, BN, NB, BIAS, NORM): the template variants the harness instantiates,
-# shaped like the model's uses (in_proj from a column range of a wider parent, the batched x_proj
-# with N not a multiple of the tile, two terms with a bias, the merge's own K = 64 + 512, where a
-# drifting accumulation shows, and the merge with its LayerNorm) plus K tails below a slice.
+# (N, K0, LDA0, K1, LDA1, BN, NB, BIAS, NORM, RESIDUAL): the template variants the harness
+# instantiates, shaped like the model's uses (in_proj from a column range of a wider parent, the
+# batched x_proj with N not a multiple of the tile, two terms with a bias, the merge's own
+# K = 64 + 512, where a drifting accumulation shows, the merge with its LayerNorm, and with the
+# residual x + f(x) too) plus K tails below a slice, and a residual without a LayerNorm read
+# through a wider row stride over two column blocks.
 VARIANTS = (
-    (64, 64, 128, 0, 4, 64, 1, False, False),
-    (36, 64, 64, 0, 4, 48, 2, False, False),
-    (64, 96, 96, 32, 32, 64, 1, True, False),
-    (64, 64, 64, 512, 512, 64, 1, True, False),
-    (24, 36, 40, 12, 12, 16, 1, True, False),
-    (64, 64, 64, 512, 512, 64, 1, True, True),
-    (32, 20, 20, 0, 4, 32, 1, False, True),
+    (64, 64, 128, 0, 4, 64, 1, False, False, False),
+    (36, 64, 64, 0, 4, 48, 2, False, False, False),
+    (64, 96, 96, 32, 32, 64, 1, True, False, False),
+    (64, 64, 64, 512, 512, 64, 1, True, False, False),
+    (24, 36, 40, 12, 12, 16, 1, True, False, False),
+    (64, 64, 64, 512, 512, 64, 1, True, True, False),
+    (32, 20, 20, 0, 4, 32, 1, False, True, False),
+    (64, 64, 64, 512, 512, 64, 1, True, True, True),
+    (128, 128, 132, 0, 4, 64, 1, True, False, True),
 )
 # (N, BN, C, NP, KH, KW, PH, PW, DH, DW, WIDTH, OW, BIAS): the conv variants, shaped like the
 # model's (a dense block's last layer: four planes, dilation 8 in time; its first layer; the
@@ -59,15 +63,15 @@ def _harness() -> str:
     lines = ['#include "cuda_cpu_shim.h"', '#include "sl_backend_cuda.h"',
              '#include "sl_gemm_cuda.h"', "",
              "template <int N, int K0, int LDA0, int K1, int LDA1, int BN, int NB, bool BIAS,",
-             "          bool NORM>",
+             "          bool NORM, bool RESIDUAL>",
              "void projection(const float* a0, const float* w0, const float* a1,",
              "                const float* w1, const float* bias, const float* norm_w,",
              "                const float* norm_b, float* out, int B, int L) {",
              f"  constexpr float EPS = {EPS!r}f;",
              '#include "projection_cuda_body.h"', "}", ""]
-    for i, (n, k0, lda0, k1, lda1, bn, nb, bias, norm) in enumerate(VARIANTS):
+    for i, (n, k0, lda0, k1, lda1, bn, nb, bias, norm, residual) in enumerate(VARIANTS):
         args = (f"{n}, {k0}, {lda0}, {k1}, {lda1}, {bn}, {nb}, {str(bias).lower()}, "
-                f"{str(norm).lower()}")
+                f"{str(norm).lower()}, {str(residual).lower()}")
         lines += [
             f'extern "C" void run_{i}(const float* a0, const float* w0, const float* a1,',
             "    const float* w1, const float* bias, const float* norm_w, const float* norm_b,",
@@ -115,7 +119,7 @@ def harness(tmp_path_factory):
 
 
 def _run(lib, variant: int, batch: int, length: int, seed: int):
-    n, k0, lda0, k1, lda1, _, nb, bias, norm = VARIANTS[variant]
+    n, k0, lda0, k1, lda1, _, nb, bias, norm, residual = VARIANTS[variant]
     rng = np.random.default_rng(seed)
     rows = batch * length
     a0 = rng.standard_normal((nb, rows, lda0)).astype(np.float32)  # columns [0, K0) are read
@@ -138,6 +142,8 @@ def _run(lib, variant: int, batch: int, length: int, seed: int):
         centred = want - want.mean(axis=-1, keepdims=True)
         want = (centred / np.sqrt((centred ** 2).mean(axis=-1, keepdims=True) + EPS)
                 * norm_w + norm_b)
+    if residual:
+        want += a0[..., :n]
     return out, want
 
 

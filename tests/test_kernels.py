@@ -452,6 +452,26 @@ def test_cpu_threads_do_not_change_results(monkeypatch):
     assert np.array_equal(one.view(np.uint32), three.view(np.uint32))
 
 
+@pytest.mark.parametrize("kernel", ["0", "1"])
+def test_project_adds_the_residual_last(kernel, monkeypatch):
+    """x + LayerNorm(x @ w0 + y @ w1 + b), the TF block's x + BiMamba(x): on CUDA the kernel
+    ("1") adds x in its store, elsewhere MLX adds it; against float64."""
+    monkeypatch.setenv("SPEECHLENS_CUDA_PROJECTION", kernel)
+    rng = np.random.default_rng(45)
+    x = rng.standard_normal((3, 41, 64)).astype(np.float32)
+    y = rng.standard_normal((3, 41, 512)).astype(np.float32)
+    w0 = (rng.standard_normal((64, 64)) / 8).astype(np.float32)
+    w1 = (rng.standard_normal((512, 64)) / 23).astype(np.float32)
+    b, gain, shift = (rng.standard_normal(64).astype(np.float32) for _ in range(3))
+    xm = mx.array(x)
+    norm = kernels.LayerNormSpec(mx.array(gain), mx.array(shift), 1e-5)
+    out = np.array(kernels.project([(xm, mx.array(w0)), (mx.array(y), mx.array(w1))],
+                                   mx.array(b), norm, residual=xm))
+    want = x + _layer_norm64(x.astype(np.float64) @ w0 + y.astype(np.float64) @ w1 + b, gain,
+                             shift, 1e-5)
+    assert _rel_rms(out, want) <= RTOL_PROJECT
+
+
 @needs_cpu_library
 def test_cpu_isa_setting_picks_the_library_build(monkeypatch):
     """SPEECHLENS_CPU_ISA runs the build it names (a build this CPU lacks resolves to its

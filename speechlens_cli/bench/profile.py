@@ -126,7 +126,7 @@ def module_label(path: str, module) -> tuple[str, str]:
         return "decoder glue (T/F swaps, atan2, crop)", DECODERS
     if parts[0] == "TSMamba":
         if len(parts) == 1:
-            return "TF-block glue (rearranges, outer residual adds)", TFBLOCK
+            return "TF-block glue (rearranges)", TFBLOCK
         if len(parts) == 2:
             return "BiMamba glue (weight lookup)", BIMAMBA
         # the per-direction parameter modules and the LayerNorm (the merge applies it) are not
@@ -144,7 +144,8 @@ FUNCTIONS = (
     (mamba, "project_x", _matmul("Mamba x_proj, both directions (batched)", 1, "x_proj"),
      MAMBA),
     (mamba, "merge",
-     _matmul("BiMamba merge: out_projs folded into output_proj, then LayerNorm", 2, "merge_y"),
+     _matmul("BiMamba merge: out_projs folded into output_proj, then LayerNorm, + residual", 2,
+             "merge_y"),
      BIMAMBA),
     (nn, "silu", "SiLU (unfused, MLX ops)", MAMBA),
     (semamba, "stft", "STFT (frames, rfft, log1p |X|, atan2)", WAVE),

@@ -58,7 +58,8 @@ def fuses_norm(n: int, norm: LayerNormSpec | None) -> bool:
 
 
 @functools.cache
-def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool, eps: float | None):
+def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool, eps: float | None,
+            residual: bool):
     k0, k1 = ks[0], ks[1] if len(ks) > 1 else 0
     vec = (n,)
     parts = (Part("a0", 0, (nb, "B", "L", k0), k0), Part("w0", 0, (nb, k0, n), n),
@@ -67,26 +68,30 @@ def _kernel(n: int, ks: tuple[int, ...], nb: int, bias: bool, eps: float | None)
              Part("norm_w", 0, vec, n), Part("norm_b", 0, vec, n))
     template = (("N", n), ("K0", k0), ("LDA0", k0), ("K1", k1), ("LDA1", max(k1, 4)),
                 ("BN", column_block(n)), ("NB", nb), ("BIAS", bias), ("NORM", eps is not None),
-                ("EPS", 0.0 if eps is None else float(eps)))
+                ("EPS", 0.0 if eps is None else float(eps)), ("RESIDUAL", residual))
     return build_variant("proj", parts, template)
 
 
 def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
-            norm: LayerNormSpec | None = None) -> tuple[mx.array, bool] | None:
-    """(sum(a @ w) + bias, whether `norm` was applied too), or None where the kernel does not
-    take the operands or cannot run."""
+            norm: LayerNormSpec | None = None,
+            residual: mx.array | None = None) -> tuple[mx.array, bool, bool] | None:
+    """(sum(a @ w) + bias, whether `norm` was applied too, whether `residual` was added last),
+    or None where the kernel does not take the operands or cannot run. The kernel adds the
+    residual where it is the first term's input (`x + f(x)` with f's first term x @ w) and
+    nothing is left to apply after the kernel (no LayerNorm it does not fuse)."""
     geometry = _geometry(terms, bias)
     if geometry is None:
         return None
     n, nb, rows = geometry
     a0, w0 = terms[0]
     normed = fuses_norm(n, norm)
+    added = (residual is a0 and int(a0.shape[-1]) == n and (norm is None or normed))
     kernel = _kernel(n, tuple(int(a.shape[-1]) for a, _ in terms), nb, bias is not None,
-                     norm.eps if normed else None)
+                     norm.eps if normed else None, added)
     second = terms[1] if len(terms) > 1 else terms[0]  # not read when there is one term
     unread = w0  # a placeholder for the inputs this variant does not read
     inputs = [a0, w0, *second, bias if bias is not None else unread,
               norm.weight if normed else unread, norm.bias if normed else unread]
     blocks = nb * -(-rows // ROWS_PER_BLOCK) * -(-n // column_block(n))
     out = launch(kernel, inputs, blocks * THREADS, THREADS, (nb * rows, n), rows, 1)
-    return None if out is None else (out.reshape(*a0.shape[:-1], n), normed)
+    return None if out is None else (out.reshape(*a0.shape[:-1], n), normed, added)

@@ -209,33 +209,36 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
 
 
 def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None,
-            norm: LayerNormSpec | None = None) -> mx.array:
+            norm: LayerNormSpec | None = None, residual: mx.array | None = None) -> mx.array:
     """sum(a @ w for a, w in terms) + bias, then `norm`'s LayerNorm of each output row if
-    given: the model's projections (one or two terms, weights [K, N], or [NB, K, N] for a batch
-    of NB row sets a [NB, ..., K]).
+    given, then + `residual` if given (an array of the result's shape): the model's projections
+    (one or two terms, weights [K, N], or [NB, K, N] for a batch of NB row sets a [NB, ..., K]).
 
     On the CPU, the CPU library's register tiles (cpu_ops.cpu_project: 2-3x the BLAS at these
     shapes), the LayerNorm applied to each row block while it is in cache; on CUDA (compute
-    capability 8.0+), one kernel at float32 accuracy on the tensor cores with the LayerNorm in
-    its store (cuda_projection.py; SPEECHLENS_CUDA_PROJECTION=0 turns it off); elsewhere
-    MLX's matmul, the terms added in order. Without the CPU library, the LayerNorm is MLX's."""
+    capability 8.0+), one kernel at float32 accuracy on the tensor cores with the LayerNorm and,
+    where it is the first term's input, the residual in its store (cuda_projection.py;
+    SPEECHLENS_CUDA_PROJECTION=0 turns it off); elsewhere MLX's matmul, the terms added in
+    order. Without the CPU library, the LayerNorm is MLX's; a residual the kernel did not add
+    is MLX's add."""
     which = backend()
+    y, normed, added = None, False, False
     if which == "cpu":
         y = cpu_project(terms, bias, norm)
-        if y is not None:
-            return y
-    done = cuda_projection.project(terms, bias, norm) if (
-        which == "cuda" and cuda_projection.enabled()) else None
-    if done is not None:
-        y, normed = done
-    else:
+        normed = y is not None
+    elif which == "cuda" and cuda_projection.enabled():
+        done = cuda_projection.project(terms, bias, norm, residual)
+        if done is not None:
+            y, normed, added = done
+    if y is None:
         (a, w), rest = terms[0], terms[1:]
         y = a @ w if bias is None else mx.addmm(bias, a, w)
         for a, w in rest:
             y = mx.addmm(y, a, w)
         normed = False
-    return y if norm is None or normed else mx.fast.layer_norm(y, norm.weight, norm.bias,
-                                                               norm.eps)
+    if norm is not None and not normed:
+        y = mx.fast.layer_norm(y, norm.weight, norm.bias, norm.eps)
+    return y if residual is None or added else y + residual
 
 
 def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,

@@ -76,12 +76,15 @@ def project_x(u: mx.array, weights: BiMambaWeights) -> mx.array:
     return rows.reshape(two, batch, length, -1)
 
 
-def merge(y: mx.array, x: mx.array, weights: BiMambaWeights, norm: nn.LayerNorm) -> mx.array:
+def merge(y: mx.array, x: mx.array, weights: BiMambaWeights, norm: nn.LayerNorm,
+          residual: bool) -> mx.array:
     """norm(output_proj(concat[out_proj(y_f) + x, out_proj(y_b) + x])) with the out_projs folded
     into output_proj: y [B, L, 2D] (bimamba_scan's), x [B, L, d] -> [B, L, d] in one projection
-    of two terms, the LayerNorm applied by the projection (on the CPU, in the same pass)."""
+    of two terms, the LayerNorm applied by the projection (on the CPU, in the same pass), and
+    with `residual` x added to the result (by the projection's store on CUDA)."""
     return kernels.project([(x, weights.merge_x), (y, weights.merge_y)], weights.merge_bias,
-                           kernels.LayerNormSpec(norm.weight, norm.bias, norm.eps))
+                           kernels.LayerNormSpec(norm.weight, norm.bias, norm.eps),
+                           residual=x if residual else None)
 
 
 class BiMamba(nn.Module):
@@ -99,7 +102,8 @@ class BiMamba(nn.Module):
         self.output_proj = nn.Linear(2 * d, d)
         self.norm = nn.LayerNorm(d, eps=cfg.norm_epsilon)
 
-    def __call__(self, x: mx.array, strict: bool) -> mx.array:
+    def __call__(self, x: mx.array, strict: bool, residual: bool = False) -> mx.array:
+        """BiMamba(x), or x + BiMamba(x) with `residual` (the TF block's form)."""
         w = self.weights()
         # on the CPU the intermediates' buffers are reused by the next BiMamba (kernels.scratch)
         with kernels.lend_scratch() as scratch:
@@ -107,7 +111,7 @@ class BiMamba(nn.Module):
             u = kernels.bimamba_conv(conv_in, w.conv_weight, w.conv_bias)
             y = kernels.bimamba_scan(u, project_x(u, w), gates, w.A_log, w.D,
                                      (w.dt_weight, w.dt_bias), strict=strict)
-            return scratch.result(lambda: merge(y, x, w, self.norm))
+            return scratch.result(lambda: merge(y, x, w, self.norm, residual))
 
     def _sources(self) -> tuple[mx.array, ...]:
         """Every parameter BiMambaWeights is derived from: both directions' and output_proj's."""
@@ -179,5 +183,5 @@ class TFMambaBlock(nn.Module):
         """mamba(seqs) + seqs, over groups of sequences (independent of each other)."""
         inner = mamba.forward_blocks.in_proj.weight.shape[0]  # one direction's x and z
         groups = tiles(seqs.shape[0], 4 * seqs.shape[1] * 2 * inner, GROUP_BYTES)
-        return joined(list(in_turn((mamba(seqs[s:e], strict) + seqs[s:e] for s, e in groups),
-                                   pending)), axis=0)
+        return joined(list(in_turn((mamba(seqs[s:e], strict, residual=True)
+                                    for s, e in groups), pending)), axis=0)
