@@ -12,13 +12,11 @@ cuda_packed.py); elsewhere, or with SPEECHLENS_CUDA_CONV2D=0, the caller runs it
 from __future__ import annotations
 
 import functools
-import os
 
 import mlx.core as mx
 
-from .cuda_packed import Part, build_variant, launch, unusable
-from .cuda_projection import ROWS_PER_BLOCK, THREADS, column_block
-from .nvrtc import compute_capability
+from .cuda_packed import Part, build_variant, launch
+from .cuda_projection import ROWS_PER_BLOCK, THREADS, column_block, tensor_cores_enabled
 
 #: Set to 0 to run the convolutions as MLX matmuls on CUDA instead of this kernel.
 CONV_KERNEL_ENV = "SPEECHLENS_CUDA_CONV2D"
@@ -27,10 +25,7 @@ CHANNEL_STEP = 16  # a plane's channels come in K slices of this many
 
 
 def enabled() -> bool:
-    if os.environ.get(CONV_KERNEL_ENV, "1").strip().lower() in ("0", "false", "off"):
-        return False
-    arch = compute_capability()
-    return arch is not None and arch >= (8, 0) and not unusable()
+    return tensor_cores_enabled(CONV_KERNEL_ENV)
 
 
 def takes(planes: list[mx.array], weight: mx.array) -> bool:

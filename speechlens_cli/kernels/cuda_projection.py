@@ -34,11 +34,17 @@ def column_block(n: int) -> int:
     return 64 if n >= 64 else -(-n // 16) * 16
 
 
-def enabled() -> bool:
-    if os.environ.get(PROJECTION_KERNEL_ENV, "1").strip().lower() in ("0", "false", "off"):
+def tensor_cores_enabled(switch: str) -> bool:
+    """Whether a kernel on sl_gemm_cuda.h runs here: its environment `switch` is not 0 / false
+    / off, the GPU has TF32 mma (compute capability 8.0+) and precompiled kernels load."""
+    if os.environ.get(switch, "1").strip().lower() in ("0", "false", "off"):
         return False
     arch = compute_capability()
     return arch is not None and arch >= (8, 0) and not unusable()
+
+
+def enabled() -> bool:
+    return tensor_cores_enabled(PROJECTION_KERNEL_ENV)
 
 
 def _geometry(terms: list[tuple[mx.array, mx.array]],

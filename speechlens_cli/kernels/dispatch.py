@@ -235,7 +235,6 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
         y = a @ w if bias is None else mx.addmm(bias, a, w)
         for a, w in rest:
             y = mx.addmm(y, a, w)
-        normed = False
     if norm is not None and not normed:
         y = mx.fast.layer_norm(y, norm.weight, norm.bias, norm.eps)
     return y if residual is None or added else y + residual
