@@ -154,8 +154,9 @@ struct sl_gemm_stager {
     a = a0 + (SL_I64)(m0 + r) * LDA + a_col;
     rows_inside = 0;
     SL_UNROLL
-    for (int j = 0; j < SL_GEMM_A_VECS; ++j) {
-      rows_inside |= (m0 + r + j * SL_GEMM_ROW_STEP < rows ? 1u : 0u) << j;
+    for (int j = 0; j < SL_GEMM_A_VECS; ++j) {  // rows before 0 too: a conv's halo (zeros)
+      const int row = m0 + r + j * SL_GEMM_ROW_STEP;
+      rows_inside |= (row >= 0 && row < rows ? 1u : 0u) << j;
     }
   }
 
@@ -339,14 +340,12 @@ struct sl_gemm_epilogue {
   SL_I64 residual_stride;
 };
 
-// out[m0.., n0..] = the epilogue of acc, rows below `rows` and columns below N only.
-template <int BN, int N, bool BIAS, bool NORM, bool RESIDUAL>
-SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
-                         float* __restrict__ out, int rows, const sl_gemm_epilogue& e, int m0,
-                         int n0) {
-  static_assert(!NORM || (BN == N && N % 32 == 0), "a LayerNorm needs whole rows in a block");
+// The finished tile from the warps' accumulators into the block's shared memory (s.out).
+template <int BN>
+SL_FN void sl_gemm_stash(sl_gemm_smem<BN>& s,
+                         const float (&acc)[SL_GEMM_MI_TILES][BN / 16][4]) {
   constexpr int kOs = sl_gemm_smem<BN>::out_stride;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   SL_UNROLL
   for (int mi = 0; mi < SL_GEMM_MI_TILES; ++mi) {
@@ -362,6 +361,17 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
     }
   }
   __syncthreads();
+}
+
+// out[m0.., n0..] = the epilogue of acc, rows below `rows` and columns below N only.
+template <int BN, int N, bool BIAS, bool NORM, bool RESIDUAL>
+SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
+                         float* __restrict__ out, int rows, const sl_gemm_epilogue& e, int m0,
+                         int n0) {
+  static_assert(!NORM || (BN == N && N % 32 == 0), "a LayerNorm needs whole rows in a block");
+  constexpr int kOs = sl_gemm_smem<BN>::out_stride;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  sl_gemm_stash<BN>(s, acc);
   if constexpr (NORM) {  // constexpr: N / 32 is no array size for narrower outputs
     // a warp per row, N / 32 values per lane; every lane of every warp takes part in every
     // row's sums (rows past the end included), only the stores are bounded
@@ -411,6 +421,68 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
       sl_add4(v, __ldg(reinterpret_cast<const float4*>(row)));
     }
     *reinterpret_cast<float4*>(out + (SL_I64)(m0 + r) * N + n0 + c) = v;
+  }
+}
+
+// A width-4 causal conv reads three steps back: the rows a tile computes beyond those it stores.
+constexpr int SL_CONV_HALO = 3;
+
+// The store of a BiMamba's in_proj conv-input half with the Mamba conv applied
+// (project_conv_cuda_body.h): the tile holds rows [m0, m0 + BM) of x = a @ w and columns
+// [n0, n0 + BN) of one direction (dir = n0 / DI: the forward direction's channels, then the
+// backward one's), and stores u = SiLU(conv(x) + bias) for the rows [first, first + BM - 3),
+// whose taps all lie in the tile: the forward conv's three rows before (m0 = first - 3), the
+// backward one's, which runs from the sequence's end, three rows after (m0 = first). A tap that
+// lands outside the row's sequence (rows of `length` steps) reads zero: the conv's padding.
+// The arithmetic is the conv kernel's (sl_causal_conv1d_step, taps in the direction's time
+// order), so u is what that kernel makes of this x. out [2, rows, DI]; conv_w [2, DI, 4] (tap
+// stride 1); conv_b [2, DI].
+template <int BN, int DI>
+SL_FN void sl_gemm_store_conv(sl_gemm_smem<BN>& s,
+                              const float (&acc)[SL_GEMM_MI_TILES][BN / 16][4],
+                              float* __restrict__ out, int rows, int length,
+                              const float* __restrict__ conv_w, const float* __restrict__ conv_b,
+                              int m0, int first, int n0) {
+  static_assert(DI % BN == 0 && SL_GEMM_THREADS % (BN / 4) == 0,
+                "a tile lies in one direction and a thread keeps its four channels");
+  constexpr int kOs = sl_gemm_smem<BN>::out_stride, kRowStep = SL_GEMM_THREADS / (BN / 4);
+  sl_gemm_stash<BN>(s, acc);
+  const int tid = threadIdx.x, c = (tid % (BN / 4)) * 4;
+  const int dir = n0 / DI, channel = dir * DI + n0 % DI + c;  // of conv_w's 2 * DI rows
+  float w[4][SL_CONV_HALO + 1], bv[4];
+  SL_UNROLL
+  for (int q = 0; q < 4; ++q) {
+    SL_UNROLL
+    for (int k = 0; k <= SL_CONV_HALO; ++k) {
+      w[q][k] = __ldg(conv_w + (SL_I64)(channel + q) * (SL_CONV_HALO + 1) + k);
+    }
+    bv[q] = __ldg(conv_b + channel + q);
+  }
+  for (int r = tid / (BN / 4); r < SL_GEMM_BM - SL_CONV_HALO; r += kRowStep) {
+    const int m = first + r;
+    if (m >= rows) break;
+    const int t = m % length, i = m - m0;  // step in the sequence, row in the tile
+    float x[SL_CONV_HALO + 1][4];  // tap k = SL_CONV_HALO - k steps back in the conv's time
+    SL_UNROLL
+    for (int k = 0; k <= SL_CONV_HALO; ++k) {
+      const int back = SL_CONV_HALO - k;
+      const bool inside = dir == 0 ? t >= back : t + back < length;
+      const float* v = s.out + (dir == 0 ? i - back : i + back) * kOs + c;
+      SL_UNROLL
+      for (int q = 0; q < 4; ++q) x[k][q] = inside ? v[q] : 0.0f;
+    }
+    float y[4];
+    SL_UNROLL
+    for (int q = 0; q < 4; ++q) {
+      y[q] = sl_silu_standard(sl_causal_conv1d_step(w[q][0], w[q][1], w[q][2], w[q][3], bv[q],
+                                                    x[0][q], x[1][q], x[2][q], x[3][q]));
+    }
+    float4 o;
+    o.x = y[0];
+    o.y = y[1];
+    o.z = y[2];
+    o.w = y[3];
+    *reinterpret_cast<float4*>(out + ((SL_I64)dir * rows + m) * DI + n0 % DI + c) = o;
   }
 }
 

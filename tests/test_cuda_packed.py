@@ -219,6 +219,17 @@ def test_projection_variants_compile_with_nvrtc(n, ks, nb, bias, eps, residual, 
     assert built is not None and built[1][:4] == b"\x7fELF"
 
 
+@pytest.mark.parametrize("k,channels", [(64, 256), (64, 64)])  # the full and the tiny model
+def test_project_conv_variants_compile_with_nvrtc(k, channels, monkeypatch):
+    lib = nvrtc.nvrtc()
+    if lib is None:
+        pytest.skip("no NVRTC library here (pip install nvidia-cuda-nvrtc)")
+    monkeypatch.setattr(cuda_packed, "cached_cubin",
+                        lambda text, name: nvrtc.compile_cubin(lib, text, name, (9, 0)))
+    built = cuda_projection._conv_kernel.__wrapped__(k, channels)
+    assert built is not None and built[1][:4] == b"\x7fELF"
+
+
 def test_a_compile_error_is_reported_with_the_log():
     lib = nvrtc.nvrtc()
     if lib is None:

@@ -1,6 +1,6 @@
 """The CUDA tensor-core kernels (kernels/sl_gemm_cuda.h: the projection, projection_cuda_body.h,
-and the direct 2-D convolution, conv2d_cuda_body.h), compiled as C++ on the CPU and checked
-against float64.
+the in_proj with the Mamba conv in its store, project_conv_cuda_body.h, and the direct 2-D
+convolution, conv2d_cuda_body.h), compiled as C++ on the CPU and checked against float64.
 
 CI has no NVIDIA GPU, so the shipped body is built into a CPU library with the CUDA shim, whose
 ``sl_mma_tf32`` emulates the warp-wide tensor-core product from PTX's fragment layout (each
@@ -18,10 +18,15 @@ Skips only if no C++ compiler is found.
 from __future__ import annotations
 
 import ctypes
+import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import reference as ref
 
 from speechlens_cli import kernels
 
@@ -52,6 +57,13 @@ CONV_VARIANTS = (
     (80, 64, 16, 1, 1, 3, 0, 1, 1, 1, 5, 5, True),
     (16, 16, 16, 2, 3, 3, 0, 0, 2, 1, 6, 4, False),
 )
+# (K0, LDA0, DI, BN): the in_proj with the conv in its store, as the full model (d = 64, D = 256)
+# and the tiny one (D = 64) run it, and a narrower column block read from a wider row.
+PROJECT_CONV_VARIANTS = (
+    (64, 64, 256, 64),
+    (32, 32, 64, 64),
+    (20, 24, 32, 16),
+)
 EPS = 1e-5
 # 3xTF32 keeps float32's accuracy: the error of a K-term float32 dot product, relative to the
 # RMS of the result, stays near 1e-7 * sqrt(K); TF32 alone would be ~1e-3. A LayerNorm'd row has
@@ -61,7 +73,7 @@ RTOL = 2e-6
 
 def _harness() -> str:
     lines = ['#include "cuda_cpu_shim.h"', '#include "sl_backend_cuda.h"',
-             '#include "sl_gemm_cuda.h"', "",
+             '#include "sl_mamba.h"', '#include "sl_gemm_cuda.h"', "",
              "template <int N, int K0, int LDA0, int K1, int LDA1, int BN, int NB, bool BIAS,",
              "          bool NORM, bool RESIDUAL>",
              "void projection(const float* a0, const float* w0, const float* a1,",
@@ -98,6 +110,20 @@ def _harness() -> str:
             f" / {bn});",
             "  sl_cuda_cpu_launch(blocks, SL_GEMM_THREADS,",
             f"    [=] {{ conv2d<{args}>(x0, x1, x2, x3, w, bias, out, B, L); }});",
+            "}"]
+    lines += ["template <int K0, int LDA0, int DI, int BN>",
+              "void project_conv(const float* a0, const float* w0, const float* conv_w,",
+              "                  const float* conv_b, float* out, int B, int L) {",
+              '#include "project_conv_cuda_body.h"', "}", ""]
+    for i, (k0, lda0, di, bn) in enumerate(PROJECT_CONV_VARIANTS):
+        lines += [
+            f'extern "C" void project_conv_{i}(const float* a0, const float* w0,',
+            "    const float* conv_w, const float* conv_b, float* out, int B, int L) {",
+            f"  const unsigned blocks = (B * L + SL_GEMM_BM - SL_CONV_HALO - 1) /"
+            f" (SL_GEMM_BM - SL_CONV_HALO) * (2 * {di} / {bn});",
+            "  sl_cuda_cpu_launch(blocks, SL_GEMM_THREADS,",
+            f"    [=] {{ project_conv<{k0}, {lda0}, {di}, {bn}>(a0, w0, conv_w, conv_b, out, B, L);"
+            " });",
             "}"]
     return "\n".join(lines) + "\n"
 
@@ -203,4 +229,41 @@ def test_conv2d_source_matches_float64(harness, variant, batch, height):
     assert want.shape == out.shape and np.isfinite(out).all(), "every output element is written"
     scale = np.sqrt(np.mean(want ** 2))
     err = np.sqrt(np.mean((out - want) ** 2)) / scale
+    assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"
+
+
+def _bimamba_conv_float64(x, weight, bias):
+    """[2, B, L, D]: SiLU of each direction's causal conv of its half of x [B, L, 2D] (weight
+    [2, D, 4]), the backward one over the time-reversed sequence (returned in time order)."""
+    channels = weight.shape[1]
+    out = []
+    for k in (0, 1):
+        half = x[..., k * channels:(k + 1) * channels]
+        y = ref.reference_causal_conv1d(half[:, ::-1] if k else half, weight[k][:, None],
+                                        bias[k])
+        y = y / (1.0 + np.exp(-y))
+        out.append(y[:, ::-1] if k else y)
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("variant", range(len(PROJECT_CONV_VARIANTS)))
+@pytest.mark.parametrize("batch,length", [(1, 1), (1, 3), (3, 29), (2, 130), (5, 61)])
+def test_project_conv_source_matches_float64(harness, variant, batch, length):
+    """Tiles that start three rows early (forward) or end three rows late (backward), taps that
+    cross a tile's edge or a sequence's, sequences shorter than the taps and longer than a tile,
+    and the last partial tile; float32 accuracy."""
+    k0, lda0, di, _ = PROJECT_CONV_VARIANTS[variant]
+    rng = np.random.default_rng(1000 * variant + length)
+    a0 = rng.standard_normal((batch * length, lda0)).astype(np.float32)  # [0, K0) are read
+    w0 = (rng.standard_normal((k0, 2 * di)) / np.sqrt(k0)).astype(np.float32)
+    conv_w = (0.5 * rng.standard_normal((2, di, 4, 1))).astype(np.float32)
+    conv_b = (0.1 * rng.standard_normal((2, di))).astype(np.float32)
+    out = np.full((2, batch, length, di), np.nan, np.float32)
+    getattr(harness, f"project_conv_{variant}")(
+        *[v.ctypes.data_as(ctypes.c_void_p) for v in (a0, w0, conv_w, conv_b, out)], batch,
+        length)
+    x = (a0[:, :k0].astype(np.float64) @ w0.astype(np.float64)).reshape(batch, length, 2 * di)
+    want = _bimamba_conv_float64(x, conv_w[..., 0].astype(np.float64), conv_b.astype(np.float64))
+    assert np.isfinite(out).all(), "every output element is written"
+    err = np.sqrt(np.mean((out - want) ** 2)) / np.sqrt(np.mean(want ** 2))
     assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"

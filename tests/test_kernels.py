@@ -629,6 +629,41 @@ def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monke
     assert _rel_rms(out.reshape(want.shape), want) <= RTOL_PROJECT
 
 
+def _bimamba_conv_reference(x_in, conv_w, conv_b):
+    """float64 [2, B, L, D]: SiLU of each direction's causal conv of its half of x_in
+    [B, L, 2D], the backward one over the time-reversed sequence, returned in time order."""
+    channels = conv_w.shape[1]
+    out = []
+    for k in (0, 1):
+        x = _time_order(x_in[..., k * channels:(k + 1) * channels], k)
+        c = ref.reference_causal_conv1d(x, conv_w[k].transpose(0, 2, 1), conv_b[k])
+        out.append(_time_order(c / (1.0 + np.exp(-c)), k))
+    return np.stack(out)
+
+
+@pytest.mark.parametrize("fused", ["0", "1"])
+@pytest.mark.parametrize("batch,length,channels", [(3, 29, 64), (2, 260, 256), (4, 2, 64)])
+def test_project_conv_matches_float64(fused, batch, length, channels, monkeypatch):
+    """kernels.project_conv, a BiMamba's in_proj conv-input half with both directions' conv: on
+    CUDA "1" one kernel with the conv in the projection's store (tiles of 125 rows, so
+    sequences of 29 and 260 steps cross tiles), "0" the projection and then the conv, as
+    elsewhere. Against float64, and against the two calls of the same run."""
+    monkeypatch.setenv(cuda_projection.PROJECT_CONV_ENV, fused)
+    rng = np.random.default_rng(batch * length + channels)
+    x = rng.standard_normal((batch, length, 64)).astype(np.float32)
+    w = (rng.standard_normal((64, 2 * channels)) / 8).astype(np.float32)
+    conv_w = (0.5 * rng.standard_normal((2, channels, 4, 1))).astype(np.float32)
+    conv_b = (0.1 * rng.standard_normal((2, channels))).astype(np.float32)
+    args = [mx.array(a) for a in (x, w, conv_w, conv_b)]
+    got = np.array(kernels.project_conv(*args))
+    want = _bimamba_conv_reference(x.astype(np.float64) @ w.astype(np.float64), conv_w,
+                                   conv_b.astype(np.float64))
+    assert got.shape == want.shape == (2, batch, length, channels)
+    assert _rel_rms(got, want) <= RTOL_PROJECT
+    two_calls = np.array(kernels.bimamba_conv(kernels.project([(args[0], args[1])]), *args[2:]))
+    assert float(np.max(np.abs(got - two_calls))) <= 1e-6 * float(np.max(np.abs(want)))
+
+
 @pytest.mark.parametrize("setting,arch,on", [
     (None, (9, 0), True),  # the default on a GPU that has the tensor-core instructions
     ("0", (9, 0), False), ("off", (9, 0), False), ("1", (9, 0), True),

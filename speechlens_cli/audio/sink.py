@@ -16,6 +16,11 @@ from .libsndfile import native_stderr_silenced
 
 #: Frames per read when a finished output is read back to check it.
 _CHECK_BLOCK = 1 << 16
+#: The sample type a finished output is read back as, by subtype: its own where soundfile has
+#: it, so decoding is a copy (a float WAV read back as int16 took 2.5 ms per 5 s at 44.1 kHz,
+#: as float32 0.3 ms; AMD EPYC); int16 for the rest, whose decoders convert anyway.
+_READ_BACK_DTYPE = {"FLOAT": "float32", "DOUBLE": "float64", "PCM_32": "int32",
+                    "PCM_24": "int32"}
 
 
 def write_reason(error: Exception) -> str:
@@ -92,9 +97,10 @@ def check_written(path, frames: int, shown: str, params: dict | None = None) -> 
         with native_stderr_silenced(), sf.SoundFile(libsndfile.native_path(path),
                                                     **(params or {})) as check:
             declared = check.frames
-            width = 2 * check.channels  # decoded as int16: all that is needed is the count
+            dtype = _READ_BACK_DTYPE.get(check.subtype, "int16")  # all that is needed: a count
+            width = np.dtype(dtype).itemsize * check.channels
             while got < frames:
-                block = check.buffer_read(min(_CHECK_BLOCK, frames - got), dtype="int16")
+                block = check.buffer_read(min(_CHECK_BLOCK, frames - got), dtype=dtype)
                 if not len(block):
                     break
                 got += len(block) // width

@@ -155,6 +155,9 @@ def environment(peer: dict | None = None) -> dict[str, str]:
         env["gpu kernels"] = info.get("gpu_kernels", f"mx.fast.{which}_kernel")
         if "cuda_compilation" in info:
             env["cuda kernel compilation"] = info["cuda_compilation"]
+            env["cuda tensor-core kernels"] = (
+                f"projections: {info['cuda_projections']}; encoder/decoder convs: "
+                f"{info['cuda_conv2d']}; Mamba conv: {info['cuda_mamba_conv']}")
     settings = {k: v for k, v in os.environ.items()
                 if k.startswith(("SPEECHLENS_", "OMP_", "OPENBLAS_", "MLX_"))}
     env["environment variables"] = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "-"

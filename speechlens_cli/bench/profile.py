@@ -31,6 +31,7 @@ import mlx.core as mx
 from mlx import nn
 
 from .. import kernels
+from ..kernels import dispatch
 from ..model import mamba, semamba
 
 # Groups for the report.
@@ -137,10 +138,13 @@ def module_label(path: str, module) -> tuple[str, str]:
 
 #: (module, attribute, label or label function, group) of the functions the model calls.
 FUNCTIONS = (
-    (kernels, "bimamba_conv", "Mamba causal conv1d kernel + SiLU (both directions)", MAMBA),
+    # the conv is called by kernels.project_conv, where it is not inside the in_proj's kernel
+    (dispatch, "bimamba_conv", "Mamba causal conv1d kernel + SiLU (both directions)", MAMBA),
     (kernels, "bimamba_scan",
      "Mamba selective scan kernel (both directions; softplus, SiLU(z) gate + dt_proj)", MAMBA),
-    (mamba, "project_in", _matmul("Mamba in_proj, both directions (x2)", 1, "in_x"), MAMBA),
+    (mamba, "project_in",
+     _matmul("Mamba in_proj, both directions (x2; on CUDA the conv + SiLU too)", 1, "in_x"),
+     MAMBA),
     (mamba, "project_x", _matmul("Mamba x_proj, both directions (batched)", 1, "x_proj"),
      MAMBA),
     (mamba, "merge",

@@ -23,6 +23,8 @@ Public functions keep the signatures the model code calls:
   each row (``LayerNormSpec``): the model's projections (the CPU library's register tiles on the
   CPU; on CUDA a float32-accurate tensor-core kernel, ``cuda_projection``; MLX's matmul
   elsewhere)
+* ``project_conv(x, w, conv_weight, conv_bias)``: a BiMamba's in_proj conv-input half, then
+  both directions' conv and SiLU (on CUDA one kernel, the conv in the projection's store)
 * ``conv2d(planes, weight, bias, padding, dilation)``: the encoder's and decoders' stride-1
   convolutions read straight from their input planes: on the CPU the CPU library's
   (``kernels/sl_conv2d_cpu.h``), on CUDA a float32-accurate tensor-core kernel
@@ -93,6 +95,7 @@ from .dispatch import (  # noqa: E402
     gpu_backend,
     kernel_info,
     project,
+    project_conv,
     selective_scan,
 )
 from .fallback import conv1d_fallback, selective_scan_ops  # noqa: E402
@@ -110,6 +113,7 @@ __all__ = [
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
     "cpu_exp_poly", "cpu_isa", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend",
     "instance_norm_prelu",
-    "kernel_info", "kernel_source_dir", "lend_scratch", "project", "scratch_pool",
+    "kernel_info", "kernel_source_dir", "lend_scratch", "project", "project_conv",
+    "scratch_pool",
     "selective_scan", "selective_scan_ops", "usable_cores",
 ]

@@ -133,11 +133,11 @@ def build_variant(kind: str, parts: tuple[Part, ...], template: tuple) -> tuple[
 
 #: The kernels by the short names their variants carry (speechlens_biconv_..., ...).
 KERNELS = {"biconv": "bimamba_conv", "biscan": "bimamba_scan", "proj": "projection",
-           "conv2d": "conv2d"}
+           "projconv": "project_conv", "conv2d": "conv2d"}
 #: (threads per block, blocks per SM) a kernel is compiled for: the projection's 256 threads
 #: at two blocks per SM cap it at 128 registers (it took 154 uncapped, one block per SM; x_proj
 #: 0.161 -> 0.145 ms on an H200).
-LAUNCH_BOUNDS = {"proj": (256, 2), "conv2d": (256, 2)}
+LAUNCH_BOUNDS = {"proj": (256, 2), "projconv": (256, 2), "conv2d": (256, 2)}
 
 
 def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,

@@ -10,6 +10,10 @@ its LayerNorm 0.219 vs 0.348, all at 1.0-1.6e-7 relative RMS against float64; th
 window 8-9% faster at 44.1 and 48 kHz (docs/kernels.md). It needs compute capability 8.0 or
 later and NVRTC (compiled once per machine, cuda_packed.py); elsewhere, or with
 SPEECHLENS_CUDA_PROJECTION=0, the caller runs MLX's matmul.
+
+A BiMamba's in_proj conv-input half feeds only the Mamba conv, so `project_conv` applies the
+conv and its SiLU in the product's store: the in_proj output (as large as the conv's) is never
+written or read back, and the conv is no pass of its own.
 """
 
 from __future__ import annotations
@@ -19,14 +23,17 @@ import os
 
 import mlx.core as mx
 
-from .contract import LayerNormSpec, projection_geometry
+from .contract import CONV_WIDTH, LayerNormSpec, projection_geometry
 from .cuda_packed import Part, build_variant, launch, unusable
 from .nvrtc import compute_capability
 
 #: Set to 0 to run the projections through MLX's matmul on CUDA instead of this kernel.
 PROJECTION_KERNEL_ENV = "SPEECHLENS_CUDA_PROJECTION"
+#: Set to 0 to run a BiMamba's in_proj conv-input half and its conv as two kernels.
+PROJECT_CONV_ENV = "SPEECHLENS_CUDA_PROJECT_CONV"
 THREADS = 256  # SL_GEMM_THREADS
 ROWS_PER_BLOCK = 128  # SL_GEMM_BM
+CONV_ROWS_PER_BLOCK = ROWS_PER_BLOCK - (CONV_WIDTH - 1)  # the rest: the conv's taps
 
 
 def column_block(n: int) -> int:
@@ -45,6 +52,12 @@ def tensor_cores_enabled(switch: str) -> bool:
 
 def enabled() -> bool:
     return tensor_cores_enabled(PROJECTION_KERNEL_ENV)
+
+
+def project_conv_enabled() -> bool:
+    """project_conv runs: the projection kernel does and SPEECHLENS_CUDA_PROJECT_CONV is not
+    0 / false / off."""
+    return enabled() and tensor_cores_enabled(PROJECT_CONV_ENV)
 
 
 def _geometry(terms: list[tuple[mx.array, mx.array]],
@@ -101,3 +114,38 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     blocks = nb * -(-rows // ROWS_PER_BLOCK) * -(-n // column_block(n))
     out = launch(kernel, inputs, blocks * THREADS, THREADS, (nb * rows, n), rows, 1)
     return None if out is None else (out.reshape(*a0.shape[:-1], n), normed, added)
+
+
+@functools.cache
+def _conv_kernel(k: int, channels: int):
+    parts = (Part("a0", 0, ("B", "L", k), k), Part("w0", 0, (k, 2 * channels), 2 * channels),
+             Part("conv_w", 0, (2, channels, CONV_WIDTH, 1), 1),
+             Part("conv_b", 0, (2, channels), channels))
+    template = (("K0", k), ("LDA0", k), ("DI", channels), ("BN", column_block(2 * channels)))
+    return build_variant("projconv", parts, template)
+
+
+def project_conv(x: mx.array, w: mx.array, conv_weight: mx.array,
+                 conv_bias: mx.array) -> mx.array | None:
+    """Both directions' SiLU(conv) of x @ w in one kernel (project_conv_cuda_body.h), the
+    conv applied in the product's store: x [B, L, K], w [K, 2D] (the forward direction's D
+    columns, then the backward one's), conv_weight [2, D, 4, 1], conv_bias [2, D] ->
+    [2, B, L, D], what bimamba_conv makes of x @ w. None where it does not run here
+    (SPEECHLENS_CUDA_PROJECT_CONV=0 or the projection kernel off) or takes no such operands:
+    float32, K a multiple of 4, D of whole column blocks."""
+    if not project_conv_enabled():
+        return None
+    if x.ndim != 3 or w.ndim != 2 or conv_weight.ndim != 4:
+        return None
+    batch, length, k = (int(v) for v in x.shape)
+    channels = int(conv_weight.shape[1])
+    if (w.shape != (k, 2 * channels) or k % 4
+            or channels % column_block(2 * channels)
+            or conv_weight.shape != (2, channels, CONV_WIDTH, 1)
+            or conv_bias.shape != (2, channels)
+            or any(a.dtype != mx.float32 for a in (x, w, conv_weight, conv_bias))):
+        return None
+    column_blocks = 2 * channels // column_block(2 * channels)
+    blocks = -(-batch * length // CONV_ROWS_PER_BLOCK) * column_blocks
+    return launch(_conv_kernel(k, channels), [x, w, conv_weight, conv_bias], blocks * THREADS,
+                  THREADS, (2, batch, length, channels), batch, length)

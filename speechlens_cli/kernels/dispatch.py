@@ -240,6 +240,20 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None = None
     return y if residual is None or added else y + residual
 
 
+def project_conv(x: mx.array, w: mx.array, conv_weight: mx.array,
+                 conv_bias: mx.array) -> mx.array:
+    """bimamba_conv(project([(x, w)]), conv_weight, conv_bias): a BiMamba's in_proj
+    conv-input half, both directions' conv and SiLU -> [2, B, L, D]. On CUDA one tensor-core
+    kernel applies the conv in the projection's store, so x @ w ([B, L, 2D], as large as the
+    result) is never written or read back (cuda_projection.project_conv;
+    SPEECHLENS_CUDA_PROJECT_CONV=0 turns it off); elsewhere the two calls."""
+    if backend() == "cuda" and not conv_kernel_disabled():
+        u = cuda_projection.project_conv(x, w, conv_weight, conv_bias)
+        if u is not None:
+            return u
+    return bimamba_conv(project([(x, w)]), conv_weight, conv_bias)
+
+
 def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None, padding,
            dilation) -> mx.array | None:
     """A stride-1 NHWC conv of the channel concatenation of `planes` (weight [O, kh, kw, I]),
@@ -293,4 +307,7 @@ def kernel_info() -> dict[str, str]:
                                         if cuda_projection.enabled() else "MLX matmul")
             info["cuda_conv2d"] = ("direct, tensor cores, float32 accuracy (3xTF32)"
                                    if cuda_conv2d.enabled() else "MLX matmuls")
+            info["cuda_mamba_conv"] = ("in the in_proj kernel's store"
+                                       if cuda_projection.project_conv_enabled()
+                                       else "a kernel of its own")
     return info

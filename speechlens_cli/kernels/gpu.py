@@ -37,6 +37,7 @@ CUDA_BODIES = {"selective_scan": ("selective_scan_cuda_body.h", "sl_scan_cuda.h"
                "bimamba_scan": ("bimamba_scan_cuda_body.h", "sl_scan_cuda.h"),
                "bimamba_conv": ("bimamba_conv_body.h", "sl_conv_cuda.h"),
                "projection": ("projection_cuda_body.h", "sl_gemm_cuda.h"),
+               "project_conv": ("project_conv_cuda_body.h", "sl_gemm_cuda.h"),
                "conv2d": ("conv2d_cuda_body.h", "sl_gemm_cuda.h")}
 
 

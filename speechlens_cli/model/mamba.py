@@ -62,11 +62,13 @@ def _float64(a: mx.array) -> np.ndarray:
 
 
 def project_in(x: mx.array, weights: BiMambaWeights) -> tuple[mx.array, mx.array]:
-    """Both directions' in_proj: [B, L, d] -> the conv inputs and the gates, [B, L, 2D] each.
-    A projection acts on each step alone, so the backward direction's in_proj of the reversed
-    sequence is this one's columns read from the end. Two projections rather than one, so the conv
-    inputs are freed before the scan runs (one direction's in_proj output less in memory)."""
-    return kernels.project([(x, weights.in_x)]), kernels.project([(x, weights.in_z)])
+    """Both directions' in_proj, conv and SiLU, and their gates: [B, L, d] -> u [2, B, L, D]
+    and z [B, L, 2D]. A projection acts on each step alone, so the backward direction's in_proj
+    of the reversed sequence is this one's columns read from the end. The conv-input half is
+    projected apart from the gates, so it goes straight into the conv (on CUDA, inside one
+    kernel) and is never held beside them."""
+    u = kernels.project_conv(x, weights.in_x, weights.conv_weight, weights.conv_bias)
+    return u, kernels.project([(x, weights.in_z)])
 
 
 def project_x(u: mx.array, weights: BiMambaWeights) -> mx.array:
@@ -90,9 +92,10 @@ def merge(y: mx.array, x: mx.array, weights: BiMambaWeights, norm: nn.LayerNorm,
 class BiMamba(nn.Module):
     """Forward and backward (time-reversed) Mamba, each plus its input, concatenated and merged
     by Linear + LayerNorm. Both directions run together: in_proj as two projections (conv inputs,
-    gates), one conv and one scan launch (the backward direction reads the sequence from its
-    end; nothing is flipped), one batched x_proj and one merge whose matmuls include the
-    out_projs and whose projection applies the LayerNorm."""
+    gates), one conv launch (on CUDA inside the first projection) and one scan launch (the
+    backward direction reads the sequence from its end; nothing is flipped), one batched x_proj
+    and one merge whose matmuls include the out_projs and whose projection applies the
+    LayerNorm."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
@@ -107,8 +110,7 @@ class BiMamba(nn.Module):
         w = self.weights()
         # on the CPU the intermediates' buffers are reused by the next BiMamba (kernels.scratch)
         with kernels.lend_scratch() as scratch:
-            conv_in, gates = project_in(x, w)
-            u = kernels.bimamba_conv(conv_in, w.conv_weight, w.conv_bias)
+            u, gates = project_in(x, w)
             y = kernels.bimamba_scan(u, project_x(u, w), gates, w.A_log, w.D,
                                      (w.dt_weight, w.dt_bias), strict=strict)
             return scratch.result(lambda: merge(y, x, w, self.norm, residual))
