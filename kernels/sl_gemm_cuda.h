@@ -458,18 +458,26 @@ SL_FN void sl_gemm_store_conv(sl_gemm_smem<BN>& s,
     }
     bv[q] = __ldg(conv_b + channel + q);
   }
-  for (int r = tid / (BN / 4); r < SL_GEMM_BM - SL_CONV_HALO; r += kRowStep) {
+  int r = tid / (BN / 4);
+  int t = (first + r) % length;  // the row's step in its sequence, then advanced row by row
+  for (; r < SL_GEMM_BM - SL_CONV_HALO; r += kRowStep) {
     const int m = first + r;
     if (m >= rows) break;
-    const int t = m % length, i = m - m0;  // step in the sequence, row in the tile
+    const int i = m - m0;  // the row in the tile
     float x[SL_CONV_HALO + 1][4];  // tap k = SL_CONV_HALO - k steps back in the conv's time
     SL_UNROLL
     for (int k = 0; k <= SL_CONV_HALO; ++k) {
       const int back = SL_CONV_HALO - k;
       const bool inside = dir == 0 ? t >= back : t + back < length;
-      const float* v = s.out + (dir == 0 ? i - back : i + back) * kOs + c;
-      SL_UNROLL
-      for (int q = 0; q < 4; ++q) x[k][q] = inside ? v[q] : 0.0f;
+      // rows are 16-byte aligned (out_stride is a multiple of 4): one vector load per tap
+      float4 v = {0.0f, 0.0f, 0.0f, 0.0f};
+      if (inside) {
+        v = *reinterpret_cast<const float4*>(s.out + (dir == 0 ? i - back : i + back) * kOs + c);
+      }
+      x[k][0] = v.x;
+      x[k][1] = v.y;
+      x[k][2] = v.z;
+      x[k][3] = v.w;
     }
     float y[4];
     SL_UNROLL
@@ -483,6 +491,7 @@ SL_FN void sl_gemm_store_conv(sl_gemm_smem<BN>& s,
     o.z = y[2];
     o.w = y[3];
     *reinterpret_cast<float4*>(out + ((SL_I64)dir * rows + m) * DI + n0 % DI + c) = o;
+    for (t += kRowStep; t >= length;) t -= length;
   }
 }
 
