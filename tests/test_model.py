@@ -187,6 +187,60 @@ def test_mamba_sequence_groups_match_reference_and_one_group(tiny_model, tiny_we
     assert rel_rmse(grouped, whole) <= 5e-6
 
 
+@pytest.mark.parametrize("sample_rate,strict", [(8000, False), (48000, False), (16000, True)])
+def test_long_window_tiles_match_reference_and_the_plain_path(tiny_model, tiny_weights,
+                                                              sample_rate, strict, monkeypatch):
+    """The encoder and the decoders' last stage in tiles (long_windows.py, forced here: every
+    window counts as long), 12-row encoder tiles (4 at 48 kHz, fewer rows than the dense
+    layers' context) and a partial last tile: within the tiny bound of the float64 reference,
+    and within float32 rounding of the plain path (5e-6; the statistics are merged tile by
+    tile instead of summed over the plane)."""
+    from speechlens_cli.model import codec, long_windows
+
+    x = mx.array(_signal(sample_rate, sample_rate // 2 + 3))[None]
+    plain = np.array(tiny_model.enhance(x, sample_rate, strict=strict))[0]
+    monkeypatch.setattr(long_windows, "LONG_PLANE_BYTES", {"cpu": 0, "gpu": 0})
+    monkeypatch.setattr(long_windows, "TILE_PLANE_BYTES", 12 * 4 * 163 * 16)
+    calls = []
+    for owner, name in ((long_windows.TiledEncoder, "__call__"), (codec, "decode_last_stage")):
+        original = getattr(owner, name)
+        monkeypatch.setattr(owner, name, lambda *a, _f=original, _n=name: (calls.append(_n),
+                                                                           _f(*a))[1])
+    tiled = np.array(tiny_model.enhance(x, sample_rate, strict=strict))[0]
+    assert calls == ["__call__", "decode_last_stage", "decode_last_stage"]  # tiles ran
+    expected = ref.reference_enhance(tiny_weights, TINY_CONFIG,
+                                     np.array(x[0]).astype(np.float64), sample_rate)
+    assert rel_rmse(tiled, expected) <= TINY_BOUND
+    assert rel_rmse(tiled, plain) <= 5e-6
+
+
+@pytest.mark.slow
+def test_full_size_model_in_long_window_tiles_matches_float64_reference(
+        full_model_and_expected, monkeypatch):
+    from speechlens_cli.model import long_windows
+
+    model, x, sample_rate, expected = full_model_and_expected
+    monkeypatch.setattr(long_windows, "LONG_PLANE_BYTES", {"cpu": 0, "gpu": 0})
+    monkeypatch.setattr(long_windows, "TILE_PLANE_BYTES", 2 * 2**20)  # 8-row encoder tiles
+    y = np.array(model.enhance(mx.array(x)[None], sample_rate))[0]
+    assert rel_rmse(y, expected) <= FULL_BOUND
+
+
+def test_plane_statistics_merged_tile_by_tile_match_float64():
+    """PlaneStats over unequal tiles (one of a single row) against the whole plane in
+    float64, on values with a large mean (where a one-pass sum of squares would cancel)."""
+    from speechlens_cli.model.layers import PlaneStats
+
+    plane = (100 + np.random.default_rng(2).standard_normal((2, 37, 29, 8))).astype(np.float32)
+    stats = PlaneStats()
+    for start, end in ((0, 16), (16, 17), (17, 37)):
+        mx.eval(stats.add(mx.array(plane[:, start:end])))
+    mean, var = (np.array(a) for a in stats.mean_variance())
+    exact = plane.astype(np.float64)
+    assert np.abs(mean - exact.mean(axis=(1, 2))).max() <= 1e-6 * 100
+    assert np.abs(var / exact.var(axis=(1, 2)) - 1).max() <= 1e-5
+
+
 def test_rows_with_halo_pads_zeros_outside_the_plane():
     from speechlens_cli.model.scheduling import rows_with_halo
 
@@ -255,3 +309,19 @@ def test_a_loaded_model_has_every_two_direction_layout_ready(tiny_checkpoint, mo
     monkeypatch.setattr(mamba, "BiMambaWeights", derived_again)
     out = enhance(_signal(8000, 800), 8000, model=model)
     assert out.shape == (800,) and np.isfinite(out).all()
+
+
+@pytest.mark.parametrize("device,seconds,rate,tiled", [
+    ("gpu", 30, 48000, True), ("gpu", 30, 44100, True), ("gpu", 5, 48000, False),
+    ("gpu", 30, 16000, False), ("cpu", 30, 48000, False)])
+def test_only_long_windows_on_a_gpu_run_in_tiles(device, seconds, rate, tiled, monkeypatch):
+    """The encoder's full-resolution plane (64 channels, the STFT's frames and bins + 2)
+    decides; the CPU never tiles."""
+    from speechlens_cli.model import long_windows
+    from speechlens_cli.model.config import ModelConfig
+
+    monkeypatch.setattr(long_windows.mx, "default_device",
+                        lambda: mx.cpu if device == "cpu" else mx.gpu)
+    stft = ModelConfig.from_dict(FULL_CONFIG).stft_params(rate)
+    frames = seconds * rate // stft.hop + 1
+    assert long_windows.is_long((1, frames + 2, stft.n_fft // 2 + 3), 64) is tiled

@@ -14,6 +14,7 @@ from .layers import (
     conv_norm_act,
     run_sequence,
 )
+from .long_windows import TiledEncoder, decode_last_stage, is_long
 
 
 class DenseEncoder(nn.Module):
@@ -26,6 +27,8 @@ class DenseEncoder(nn.Module):
         self.dense_conv_2 = conv_norm_act(channels, channels, (1, 3), stride=(4, 2))
 
     def __call__(self, x: mx.array) -> mx.array:
+        if is_long(x.shape, self.dense_conv_1[0].weight.shape[0]):
+            return TiledEncoder(self)(x)  # nothing full-resolution held (long_windows.py)
         x = run_sequence(self.dense_conv_1, x)
         x = self.dense_block(x)
         return run_sequence(self.dense_conv_2, x)
@@ -44,9 +47,20 @@ class _Decoder(nn.Module):
         self.up_conv1 = [SubPixelConv(channels, 2), InstanceNorm(channels), PReLU(channels)]
         self.up_conv2 = [SubPixelConv(channels, 4), InstanceNorm(channels), PReLU(channels)]
 
-    def upsample(self, x: mx.array) -> mx.array:
+    def __call__(self, x: mx.array) -> mx.array:
+        """head(upsampled x): the last upsampling and the head in frequency tiles where the
+        full-resolution plane is large (long_windows.py)."""
         x = run_sequence(self.up_conv1, self.dense_block(x))
-        return _swap_time_freq(run_sequence(self.up_conv2, _swap_time_freq(x)))
+        sub_pixel, norm, act = self.up_conv2
+        batch, frames, bins, channels = x.shape
+        if is_long((batch, frames * sub_pixel.ratio, bins), channels):
+            return decode_last_stage(sub_pixel, norm, act, self.head, x)
+        return self.head(_swap_time_freq(run_sequence(self.up_conv2, _swap_time_freq(x))))
+
+    def head(self, x: mx.array) -> mx.array:
+        """The full-resolution plane [B, T, F, C] -> the decoder's output [B, T, F]
+        (each decoder's own)."""
+        raise NotImplementedError
 
 
 class MagnitudeDecoder(_Decoder):
@@ -56,8 +70,8 @@ class MagnitudeDecoder(_Decoder):
         super().__init__(channels)
         self.final_conv = Conv2d(channels, out_channels, (1, 1))
 
-    def __call__(self, x: mx.array) -> mx.array:
-        return self.final_conv(self.upsample(x))[..., 0]
+    def head(self, x: mx.array) -> mx.array:
+        return self.final_conv(x)[..., 0]
 
 
 class PhaseDecoder(_Decoder):
@@ -68,6 +82,5 @@ class PhaseDecoder(_Decoder):
         self.phase_conv_r = Conv2d(channels, out_channels, (1, 1))
         self.phase_conv_i = Conv2d(channels, out_channels, (1, 1))
 
-    def __call__(self, x: mx.array) -> mx.array:
-        x = self.upsample(x)
+    def head(self, x: mx.array) -> mx.array:
         return mx.arctan2(self.phase_conv_i(x), self.phase_conv_r(x))[..., 0]

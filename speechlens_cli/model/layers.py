@@ -115,6 +115,20 @@ class Conv2d(nn.Conv2d):
             return self._cudnn(mx.concatenate(planes, axis=-1), 1, 0)
         return conv2d_of_padded(planes, self.weight, self.get("bias"), self.dilation)
 
+    def of_rows(self, planes: list[mx.array]) -> mx.array:
+        """The stride-1 conv of the channel concatenation of `planes`, whose rows carry the
+        conv's time context already (long_windows' tiles): only the width is padded."""
+        padding = (0, _pair(self.padding)[1])
+        if not _cudnn_convs():
+            y = kernels.conv2d(planes, self.weight, self.get("bias"), padding,
+                               _pair(self.dilation))
+            if y is not None:
+                return y
+        x = planes[0] if len(planes) == 1 else mx.concatenate(planes, axis=-1)
+        if _cudnn_convs():
+            return self._cudnn(x, 1, padding)
+        return conv2d_as_matmuls(x, self.weight, self.get("bias"), 1, padding, self.dilation)
+
     def __call__(self, x: mx.array) -> mx.array:
         y = self.direct([x])
         if y is not None:
@@ -158,18 +172,61 @@ class InstanceNorm(nn.Module):
 
     def _normalise(self, tiles: list[mx.array], act: PReLU | None = None) -> list[mx.array]:
         channels = tiles[0].shape[-1]
-        squared_deviation, affine, affine_prelu = _elementwise()
+        squared_deviation = _elementwise()[0]
 
         def plane_sum(parts):
             return sum(accurate_sum(part.reshape(part.shape[0], -1, channels)) for part in parts)
 
         count = sum(tile.shape[1] * tile.shape[2] for tile in tiles)
-        mean = (plane_sum(tiles) / count)[:, None, None, :]
-        var = plane_sum([squared_deviation(tile, mean) for tile in tiles]) / count
+        mean = plane_sum(tiles) / count
+        var = plane_sum([squared_deviation(tile, mean[:, None, None, :]) for tile in tiles])
+        return [self._apply(tile, mean, var / count, act) for tile in tiles]
+
+    def normalise_with(self, tile: mx.array, stats: PlaneStats,
+                       act: PReLU | None = None) -> mx.array:
+        """`tile` of a plane normalised by the plane's `stats`, then `act` if given."""
+        return self._apply(tile, *stats.mean_variance(), act)
+
+    def _apply(self, tile: mx.array, mean: mx.array, var: mx.array,
+               act: PReLU | None) -> mx.array:
+        """(tile - mean) / sqrt(var + eps) * weight + bias, then `act`; mean, var [B, C]."""
+        _, affine, affine_prelu = _elementwise()
+        mean = mean[:, None, None, :]
         scale = mx.rsqrt(var[:, None, None, :] + self.eps) * self.weight
         if act is None:  # no centred copy kept
-            return [affine(tile, mean, scale, self.bias) for tile in tiles]
-        return [affine_prelu(tile, mean, scale, self.bias, act.weight) for tile in tiles]
+            return affine(tile, mean, scale, self.bias)
+        return affine_prelu(tile, mean, scale, self.bias, act.weight)
+
+
+class PlaneStats:
+    """Per-channel mean and variance over the T x F plane of [B, T, F, C], gathered tile by
+    tile: each tile's own mean and sum of squared deviations from it, merged pairwise (Chan,
+    Golub and LeVeque's update), which keeps the accuracy of two passes over the whole plane
+    without ever holding it."""
+
+    def __init__(self):
+        self.count = 0
+        self.mean: mx.array | None = None  # [B, C]
+        self.m2: mx.array | None = None  # [B, C]: the sum of squared deviations from mean
+
+    def add(self, tile: mx.array) -> list[mx.array]:
+        """Merge in `tile` [B, t, F, C]; returns the updated statistics (to evaluate)."""
+        batch, channels = tile.shape[0], tile.shape[-1]
+        count = tile.shape[1] * tile.shape[2]
+        flat = tile.reshape(batch, -1, channels)
+        mean = accurate_sum(flat) / count
+        m2 = accurate_sum(_elementwise()[0](flat, mean[:, None, :]))
+        if self.count:
+            total = self.count + count
+            delta = mean - self.mean
+            mean = self.mean + delta * (count / total)
+            m2 = self.m2 + m2 + mx.square(delta) * (self.count * count / total)
+        self.count += count
+        self.mean, self.m2 = mean, m2
+        return [mean, m2]
+
+    def mean_variance(self) -> tuple[mx.array, mx.array]:
+        return self.mean, self.m2 / self.count
 
 
 def prelu(x: mx.array, slope: mx.array) -> mx.array:
