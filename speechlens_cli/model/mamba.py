@@ -16,8 +16,10 @@ from .scheduling import Pending, in_turn, joined, tiles
 #: A BiMamba takes its sequences in groups whose in_proj output (both directions) is about
 #: this size, so a pending TF block on a GPU holds two groups, not every intermediate of the
 #: window (30 s at 48 kHz: 3 GB per in_proj output, ~13 GB per block). Large enough that 5-s
-#: windows run as one group: smaller groups starve the scan kernel of threads on a GPU.
-GROUP_BYTES = 2**30
+#: windows run as one group (494 MB at 48 kHz): smaller groups starve the scan kernel of
+#: threads on a GPU. 30-s windows take groups of this size, not 1 GiB as before, since their
+#: encoder and decoders no longer hold full-resolution planes (long_windows.py).
+GROUP_BYTES = 2**29
 
 
 class Mamba(nn.Module):
