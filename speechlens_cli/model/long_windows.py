@@ -52,6 +52,13 @@ def _spans(count: int, bytes_per_row: int, multiple: int = 1) -> list[tuple[int,
     return [(start, min(start + size, count)) for start in range(0, count, size)]
 
 
+def _evaluate_in_turn(arrays) -> None:
+    """Evaluate the lazy `arrays`, at most two pending: a tile's intermediates go as soon as
+    what is kept of it (statistics, an output tile) is evaluated."""
+    for _ in in_turn(arrays):
+        pass
+
+
 def _rows(stage: mx.array, first: int, start: int, end: int, frames: int) -> mx.array:
     """Rows [start, end) of a plane of `frames` rows from `stage`, its rows [first, first +
     len) (which hold every row of [start, end) inside the plane); zeros outside the plane."""
@@ -82,8 +89,7 @@ class TiledEncoder:
         # statistics in turn, each pass recomputing the normalised stages below
         for depth in range(len(self.layers) + 1):
             stats = PlaneStats()
-            for _ in in_turn(stats.add(self._raw(x, depth, s, e)) for s, e in spans):
-                pass
+            _evaluate_in_turn(stats.add(self._raw(x, depth, s, e)) for s, e in spans)
             self.stats.append(stats)
         outs, stats = [], PlaneStats()
 
@@ -92,8 +98,7 @@ class TiledEncoder:
             outs.append(self.conv2(self._stages(x, start, end, len(self.layers) + 1)[-1][1]))
             return [outs[-1], *stats.add(outs[-1])]
 
-        for _ in in_turn(output_tile(s, e) for s, e in spans):
-            pass
+        _evaluate_in_turn(output_tile(s, e) for s, e in spans)
         return joined(list(in_turn(self.norm2.normalise_with(outs.pop(0), stats, self.act2)
                                    for _ in spans)), axis=1)  # each raw tile let go in turn
 
@@ -151,8 +156,7 @@ def decode_last_stage(sub_pixel: SubPixelConv, norm: InstanceNorm, act: PReLU, h
 
     spans = _spans(rows, 4 * batch * frames * sub_pixel.ratio * channels)
     stats = PlaneStats()
-    for _ in in_turn(stats.add(upsampled(s, e)) for s, e in spans):
-        pass
+    _evaluate_in_turn(stats.add(upsampled(s, e)) for s, e in spans)
     return joined(list(in_turn(
         head(norm.normalise_with(upsampled(s, e), stats, act).transpose(0, 2, 1, 3))
         for s, e in spans)), axis=2)
