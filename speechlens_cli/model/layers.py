@@ -100,12 +100,15 @@ class Conv2d(nn.Conv2d):
     zero columns (DenseBlock).
     """
 
-    def direct(self, planes: list[mx.array]) -> mx.array | None:
+    def direct(self, planes: list[mx.array],
+               padding: tuple[int, int] | None = None) -> mx.array | None:
         """The conv of the channel concatenation of `planes` without building it, where the
-        backend has such a kernel (the CPU library, CUDA in full float32); None elsewhere."""
+        backend has such a kernel (the CPU library, CUDA in full float32); None elsewhere.
+        `padding` replaces the conv's own (of_rows)."""
         if _pair(self.stride) != (1, 1) or _cudnn_convs():
             return None
-        return kernels.conv2d(planes, self.weight, self.get("bias"), _pair(self.padding),
+        return kernels.conv2d(planes, self.weight, self.get("bias"),
+                              _pair(self.padding) if padding is None else padding,
                               _pair(self.dilation))
 
     def of_padded(self, planes: list[mx.array]) -> mx.array:
@@ -116,26 +119,22 @@ class Conv2d(nn.Conv2d):
         return conv2d_of_padded(planes, self.weight, self.get("bias"), self.dilation)
 
     def of_rows(self, planes: list[mx.array]) -> mx.array:
-        """The stride-1 conv of the channel concatenation of `planes`, whose rows carry the
-        conv's time context already (long_windows' tiles): only the width is padded."""
-        padding = (0, _pair(self.padding)[1])
-        if not _cudnn_convs():
-            y = kernels.conv2d(planes, self.weight, self.get("bias"), padding,
-                               _pair(self.dilation))
-            if y is not None:
-                return y
-        x = planes[0] if len(planes) == 1 else mx.concatenate(planes, axis=-1)
-        if _cudnn_convs():
-            return self._cudnn(x, 1, padding)
-        return conv2d_as_matmuls(x, self.weight, self.get("bias"), 1, padding, self.dilation)
+        """The conv of the channel concatenation of `planes`, whose rows carry the conv's time
+        context already (long_windows' tiles): only the width is padded."""
+        return self._padded(planes, (0, _pair(self.padding)[1]))
 
     def __call__(self, x: mx.array) -> mx.array:
-        y = self.direct([x])
+        return self._padded([x], _pair(self.padding))
+
+    def _padded(self, planes: list[mx.array], padding: tuple[int, int]) -> mx.array:
+        """The conv with `padding` by the best path here: direct, cuDNN, or the matmuls."""
+        y = self.direct(planes, padding)
         if y is not None:
             return y
+        x = planes[0] if len(planes) == 1 else mx.concatenate(planes, axis=-1)
         if _cudnn_convs():
-            return self._cudnn(x, self.stride, self.padding)
-        return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, self.padding,
+            return self._cudnn(x, self.stride, padding)
+        return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, padding,
                                  self.dilation)
 
     def _cudnn(self, x: mx.array, stride, padding) -> mx.array:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .layers import InstanceNorm, PlaneStats, PReLU, SubPixelConv
-from .scheduling import in_turn, joined
+from .scheduling import in_turn, joined, plane_rows
 
 #: A window whose full-resolution 64-channel plane is larger than this runs in tiles, by device:
 #: on a GPU 30 s at 44.1 or 48 kHz (1.5 GB planes; 5-s windows, 247 MB at 48 kHz, never do);
@@ -57,16 +57,6 @@ def _evaluate_in_turn(arrays) -> None:
     what is kept of it (statistics, an output tile) is evaluated."""
     for _ in in_turn(arrays):
         pass
-
-
-def _rows(stage: mx.array, first: int, start: int, end: int, frames: int) -> mx.array:
-    """Rows [start, end) of a plane of `frames` rows from `stage`, its rows [first, first +
-    len) (which hold every row of [start, end) inside the plane); zeros outside the plane."""
-    lo, hi = max(start, 0), min(end, frames)
-    rows = stage[:, lo - first:hi - first]
-    if lo > start or hi < end:
-        rows = mx.pad(rows, [(0, 0), (lo - start, end - hi), (0, 0), (0, 0)])
-    return rows
 
 
 class TiledEncoder:
@@ -137,7 +127,7 @@ class TiledEncoder:
         read with its time context (zeros beyond the plane)."""
         conv = self.layers[layer - 1][0]
         context = self.context[layer - 1]
-        planes = [_rows(rows, first, start - context, end + context, frames)
+        planes = [plane_rows(rows, first, start - context, end + context, frames)
                   for first, rows in reversed(stages)]  # newest first, as DenseBlock
         return conv.of_rows(planes)
 

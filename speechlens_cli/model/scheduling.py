@@ -68,10 +68,17 @@ def time_tiles(frames: int, width: int, in_channels: int,
 def rows_with_halo(x: mx.array, start: int, end: int, halo: int, width_pad: int = 0) -> mx.array:
     """Rows [start - halo, end + halo) of x [B, T, F, C], zeros outside the plane, and
     `width_pad` zero columns on each side."""
-    frames = x.shape[1]
-    lo, hi = max(start - halo, 0), min(end + halo, frames)
-    rows = x[:, lo:hi]
-    before, after = lo - (start - halo), (end + halo) - hi
+    return plane_rows(x, 0, start - halo, end + halo, x.shape[1], width_pad)
+
+
+def plane_rows(part: mx.array, first: int, start: int, end: int, frames: int,
+               width_pad: int = 0) -> mx.array:
+    """Rows [start, end) of a plane of `frames` rows from `part`, its rows [first, first +
+    len) (which hold every row of [start, end) inside the plane); zeros outside the plane,
+    and `width_pad` zero columns on each side."""
+    lo, hi = max(start, 0), min(end, frames)
+    rows = part[:, lo - first:hi - first]
+    before, after = lo - start, end - hi
     if before or after or width_pad:
         rows = mx.pad(rows, [(0, 0), (before, after), (width_pad, width_pad), (0, 0)])
     return rows
