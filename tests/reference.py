@@ -327,6 +327,21 @@ def reference_causal_conv1d(x: np.ndarray, weight: np.ndarray, bias: np.ndarray)
     return out
 
 
+def reference_bimamba_conv(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+    """Both directions' SiLU(causal conv) of a BiMamba -> [2, B, L, D]: x [B, L, 2D] holds
+    the forward direction's conv inputs, then the backward one's; weight [2, D, 4, 1] (MLX
+    layout), bias [2, D]. [1] is the conv of the time-reversed sequence, in time order."""
+    channels = weight.shape[1]
+    out = []
+    for k in (0, 1):
+        half = np.asarray(x)[..., k * channels:(k + 1) * channels]
+        y = reference_causal_conv1d(half[:, ::-1] if k else half,
+                                    np.asarray(weight[k]).transpose(0, 2, 1), bias[k])
+        y = y / (1.0 + np.exp(-y))
+        out.append(y[:, ::-1] if k else y)
+    return np.stack(out)
+
+
 def reference_selective_scan(u, delta_raw, A_log, B, C, D, z) -> np.ndarray:
     """Selective scan in float64 (both modes: docs/kernels.md).
 

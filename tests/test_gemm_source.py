@@ -232,20 +232,6 @@ def test_conv2d_source_matches_float64(harness, variant, batch, height):
     assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"
 
 
-def _bimamba_conv_float64(x, weight, bias):
-    """[2, B, L, D]: SiLU of each direction's causal conv of its half of x [B, L, 2D] (weight
-    [2, D, 4]), the backward one over the time-reversed sequence (returned in time order)."""
-    channels = weight.shape[1]
-    out = []
-    for k in (0, 1):
-        half = x[..., k * channels:(k + 1) * channels]
-        y = ref.reference_causal_conv1d(half[:, ::-1] if k else half, weight[k][:, None],
-                                        bias[k])
-        y = y / (1.0 + np.exp(-y))
-        out.append(y[:, ::-1] if k else y)
-    return np.stack(out)
-
-
 @pytest.mark.parametrize("variant", range(len(PROJECT_CONV_VARIANTS)))
 @pytest.mark.parametrize("batch,length", [(1, 1), (1, 3), (3, 29), (2, 130), (5, 61)])
 def test_project_conv_source_matches_float64(harness, variant, batch, length):
@@ -263,7 +249,7 @@ def test_project_conv_source_matches_float64(harness, variant, batch, length):
         *[v.ctypes.data_as(ctypes.c_void_p) for v in (a0, w0, conv_w, conv_b, out)], batch,
         length)
     x = (a0[:, :k0].astype(np.float64) @ w0.astype(np.float64)).reshape(batch, length, 2 * di)
-    want = _bimamba_conv_float64(x, conv_w[..., 0].astype(np.float64), conv_b.astype(np.float64))
+    want = ref.reference_bimamba_conv(x, conv_w.astype(np.float64), conv_b.astype(np.float64))
     assert np.isfinite(out).all(), "every output element is written"
     err = np.sqrt(np.mean((out - want) ** 2)) / np.sqrt(np.mean(want ** 2))
     assert err <= RTOL, f"rel-RMS error {err:.2e} > {RTOL:.0e}"

@@ -327,18 +327,15 @@ def _bimamba_reference(x_in, z_in, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_
     """float64: direction 0 the causal conv / scan of the sequence, direction 1 those of the
     time-reversed sequence, returned in time order."""
     channels, rank, n = conv_w.shape[1], dt_w.shape[2], 16
-    conv, scan = [], []
+    scan = []
     for k in (0, 1):
-        x = _time_order(x_in[..., k * channels:(k + 1) * channels], k)
-        c = ref.reference_causal_conv1d(x, conv_w[k].transpose(0, 2, 1), conv_b[k])
-        conv.append(_time_order(c / (1.0 + np.exp(-c)), k))
         dbl = _time_order(x_dbl[k], k).astype(np.float64)
         delta_raw = dt_b[k] + dbl[..., :rank] @ dt_w[k].T.astype(np.float64)
         z = _time_order(z_in[..., k * channels:(k + 1) * channels], k)
         scan.append(_time_order(ref.reference_selective_scan(
             _time_order(u[k], k), delta_raw, A_log[k], dbl[..., rank:rank + n],
             dbl[..., rank + n:], D[k], z), k))
-    return np.stack(conv), np.concatenate(scan, axis=-1)
+    return ref.reference_bimamba_conv(x_in, conv_w, conv_b), np.concatenate(scan, axis=-1)
 
 
 @pytest.mark.parametrize("composed", [False, True], ids=["backend", "per-direction"])
@@ -629,18 +626,6 @@ def test_project_matches_float64(rows_shape, ks, n, batched, bias, kernel, monke
     assert _rel_rms(out.reshape(want.shape), want) <= RTOL_PROJECT
 
 
-def _bimamba_conv_reference(x_in, conv_w, conv_b):
-    """float64 [2, B, L, D]: SiLU of each direction's causal conv of its half of x_in
-    [B, L, 2D], the backward one over the time-reversed sequence, returned in time order."""
-    channels = conv_w.shape[1]
-    out = []
-    for k in (0, 1):
-        x = _time_order(x_in[..., k * channels:(k + 1) * channels], k)
-        c = ref.reference_causal_conv1d(x, conv_w[k].transpose(0, 2, 1), conv_b[k])
-        out.append(_time_order(c / (1.0 + np.exp(-c)), k))
-    return np.stack(out)
-
-
 @pytest.mark.parametrize("fused", ["0", "1"])
 @pytest.mark.parametrize("batch,length,channels", [(3, 29, 64), (2, 260, 256), (4, 2, 64)])
 def test_project_conv_matches_float64(fused, batch, length, channels, monkeypatch):
@@ -656,8 +641,8 @@ def test_project_conv_matches_float64(fused, batch, length, channels, monkeypatc
     conv_b = (0.1 * rng.standard_normal((2, channels))).astype(np.float32)
     args = [mx.array(a) for a in (x, w, conv_w, conv_b)]
     got = np.array(kernels.project_conv(*args))
-    want = _bimamba_conv_reference(x.astype(np.float64) @ w.astype(np.float64), conv_w,
-                                   conv_b.astype(np.float64))
+    want = ref.reference_bimamba_conv(x.astype(np.float64) @ w.astype(np.float64), conv_w,
+                                      conv_b.astype(np.float64))
     assert got.shape == want.shape == (2, batch, length, channels)
     assert _rel_rms(got, want) <= RTOL_PROJECT
     two_calls = np.array(kernels.bimamba_conv(kernels.project([(args[0], args[1])]), *args[2:]))
