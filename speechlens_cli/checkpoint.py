@@ -344,8 +344,25 @@ def _check_size(cfg: ModelConfig, source: str) -> None:
 
 
 def _inspect(files: CheckpointFiles) -> CheckpointReport:
-    # A pinned file is checksummed first: a download cut short then reads as what it is (with
-    # the fix), not as a truncated or malformed safetensors file.
+    checked = _validate(files)
+    digest = checked.sha256 or file_sha256(files.weights)
+    parameters = sum(math.prod(e.shape) for e in checked.entries.values())
+    return CheckpointReport(files.source, files.weights, checked.config, len(checked.entries),
+                            parameters, digest)
+
+
+@dataclass(frozen=True)
+class _Validated:
+    config: ModelConfig
+    entries: dict[str, TensorEntry]
+    data_start: int
+    sha256: str | None  # only where a pinned file was checksummed
+
+
+def _validate(files: CheckpointFiles) -> _Validated:
+    """Checksum (a pinned file only), config, size, header and layout: what both `inspect` and
+    `load_model` need, done once. A pinned file is checksummed first: a download cut short then
+    reads as what it is (with the fix), not as a truncated or malformed safetensors file."""
     digest = file_sha256(files.weights) if files.expected_sha256 else None
     if digest is not None and digest != files.expected_sha256:
         raise ChecksumMismatchError(
@@ -355,11 +372,9 @@ def _inspect(files: CheckpointFiles) -> CheckpointReport:
         )
     cfg = _read_config(files)
     _check_size(cfg, files.source)
-    entries, _ = read_header(files.weights)
+    entries, data_start = read_header(files.weights)
     check_layout(entries, cfg, files.source)
-    digest = digest or file_sha256(files.weights)
-    parameters = sum(math.prod(e.shape) for e in entries.values())
-    return CheckpointReport(files.source, files.weights, cfg, len(entries), parameters, digest)
+    return _Validated(cfg, entries, data_start, digest)
 
 
 # --------------------------------------------------------------------------- loading
@@ -387,20 +402,21 @@ def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
 
 
 def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) -> SEMamba:
-    """Resolve, validate, convert and load a checkpoint into an evaluated SEMamba."""
-    report = inspect(spec, download=download)
+    """Resolve, validate, convert and load a checkpoint into an evaluated SEMamba. Validation
+    is `inspect`'s, without an unpinned file's sha256, which only reports need."""
+    files = resolve(spec, download=download)
     try:
-        entries, data_start = read_header(report.weights)
-        weights = sanitize(_read_tensors(report.weights, entries, data_start))
+        checked = _validate(files)
+        weights = sanitize(_read_tensors(files.weights, checked.entries, checked.data_start))
     except OSError as error:
-        raise unreadable(report.weights, error) from None
+        raise unreadable(files.weights, error) from None
     for name, value in weights.items():
         if not np.isfinite(value).all():
-            raise IncompatibleModelError(f"{report.source}: tensor {name} has NaN or Inf values")
-    model = SEMamba(report.config)
+            raise IncompatibleModelError(f"{files.source}: tensor {name} has NaN or Inf values")
+    model = SEMamba(checked.config)
     model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
     model.eval()
     mx.eval(model.parameters())
     model.prepare()
-    model.source = report.source
+    model.source = files.source
     return model

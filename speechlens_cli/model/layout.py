@@ -7,6 +7,8 @@ the expected layout is derived with it, so the layout can never disagree with th
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 from mlx.utils import tree_flatten
 
@@ -36,5 +38,12 @@ def _torch_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     """Every tensor of the official checkpoint, in PyTorch layout, in the model's order."""
-    return {name: _torch_shape(tuple(value.shape))
-            for name, value in tree_flatten(SEMamba(cfg).parameters())}
+    return dict(_expected_shapes(cfg))
+
+
+@functools.lru_cache(maxsize=4)
+def _expected_shapes(cfg: ModelConfig) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    # Building a model to read its shapes takes tens of milliseconds; loading a checkpoint
+    # needs them twice (its size, then its layout), and `speechlens enhance` waits for it.
+    return tuple((name, _torch_shape(tuple(value.shape)))
+                 for name, value in tree_flatten(SEMamba(cfg).parameters()))
