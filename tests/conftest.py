@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import mlx.core as mx
 import pytest
 
 from fixtures.audio import write_audio_fixtures
@@ -15,6 +16,17 @@ from fixtures.media import write_media_fixtures
 from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, write_checkpoint
 
 ATTENUATED_PHASE_GAIN = 1e-4
+
+
+@pytest.fixture
+def on_cpu():
+    """MLX's CPU device for one test, then the device before it again: for what only the CPU
+    backend has (its library's settings, the up-front window memory check), on any machine.
+    A CLI call in such a test passes --device cpu too (auto would pick a GPU)."""
+    before = mx.default_device()
+    mx.set_default_device(mx.cpu)
+    yield
+    mx.set_default_device(before)
 
 
 @pytest.fixture(scope="session")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
+import mlx.core as mx
 import numpy as np
 import pytest
 import soundfile as sf
@@ -487,6 +488,8 @@ _HUGE_SHARD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.skipif(mx.is_available(mx.gpu) and not mx.metal.is_available(),
+                    reason="CUDA's libraries map more than the 3 GB limit of address space")
 @pytest.mark.parametrize("shard", ["0/100000000000", "99999999999/100000000000"])
 def test_a_huge_shard_count_costs_no_memory(tmp_path, tiny_checkpoint, shard):
     """--shard I/N with N far above the number of files: the plan holds one part per file, not
@@ -508,13 +511,15 @@ def test_a_shard_count_beyond_twelve_digits_is_a_usage_error(tmp_path):
 
 
 @pytest.mark.parametrize("value", ["abc", "0", "-3", "2.5", "9" * 5000])
-def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monkeypatch, value):
+def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monkeypatch, value,
+                                                on_cpu):
     """SPEECHLENS_CPU_THREADS that is not a whole number of threads: exit 2 and one line naming
     the variable (it used to be "the model failed ... shorter windows need less memory"); a
     count above the cores runs on the cores (it used to start that many threads)."""
     monkeypatch.setenv("SPEECHLENS_CPU_THREADS", value)
     source = make_audio(tmp_path / "a.wav")
-    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--device", "cpu")
     if value.isdigit() and value.strip("0"):  # a count (here: far above the cores)
         assert result.exit_code == 0, result.output
         from speechlens_cli import kernels
@@ -528,12 +533,13 @@ def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monk
     assert "fix: unset SPEECHLENS_CPU_THREADS" in doctor.output
 
 
-def test_a_bad_cpu_build_choice_is_a_usage_error(tmp_path, tiny_checkpoint, monkeypatch):
+def test_a_bad_cpu_build_choice_is_a_usage_error(tmp_path, tiny_checkpoint, monkeypatch, on_cpu):
     """SPEECHLENS_CPU_ISA naming no build: exit 2, one line naming the variable and the
     choices, nothing written; doctor says how to fix it."""
     monkeypatch.setenv("SPEECHLENS_CPU_ISA", "sse9")
     source = make_audio(tmp_path / "a.wav")
-    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--device", "cpu")
     assert result.exit_code == 2, result.output
     assert ("SPEECHLENS_CPU_ISA must be one of best, avx512, avx2, generic"
             in one_error_line(result.stderr))
@@ -590,11 +596,9 @@ def test_endless_non_audio_on_stdin_is_refused_at_once(tmp_path, tiny_checkpoint
 # ------------------------------------------------------------------------------ window memory
 
 @pytest.mark.parametrize("seconds", [1, 2])
-def test_the_window_estimate_bounds_what_mlx_takes(tiny_checkpoint, seconds):
+def test_the_window_estimate_bounds_what_mlx_takes(tiny_checkpoint, seconds, on_cpu):
     """pipeline.window_bytes against MLX's own peak for one window of the tiny model (weights
     included): never below it, and not so far above that it refuses what would fit."""
-    import mlx.core as mx
-
     from speechlens_cli import checkpoint, pipeline
 
     model = checkpoint.load_model(tiny_checkpoint)
@@ -610,7 +614,7 @@ def test_the_window_estimate_bounds_what_mlx_takes(tiny_checkpoint, seconds):
 
 @pytest.mark.parametrize("through", ["cli", "api"])
 def test_a_window_the_machine_cannot_hold_is_refused_before_mlx_allocates(
-        tmp_path, tiny_checkpoint, through, monkeypatch):
+        tmp_path, tiny_checkpoint, through, monkeypatch, on_cpu):
     """With 64 MiB available (injected: the estimate's input), one line naming the window and
     suggesting shorter ones, exit 1, nothing written; the model never ran (the CPU backend
     dies of an allocation it cannot make: SIGSEGV, exit 139, the temporary left)."""
@@ -629,7 +633,8 @@ def test_a_window_the_machine_cannot_hold_is_refused_before_mlx_allocates(
             api.enhance(sf.read(str(source))[0], RATE, model=str(tiny_checkpoint))
         assert "shorter windows" in str(refused.value)
     else:
-        result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+        result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                        "--device", "cpu")
         assert result.exit_code == 1, result.output
         line = one_error_line(result.stderr)
         assert f"a window of 5 s at 8000 Hz {need} with this model, and 64 MiB is " in line, line
