@@ -5,9 +5,9 @@ It answers what `huggingface_hub.hf_hub_download` asks, the way the hub does: a 
 
 * A small file: 307 to `/api/resolve-cache/models/{repo}/{commit}/{file}` on the same host, which
   answers 200 with `ETag` (the git blob sha1), `X-Repo-Commit` and `Content-Length`.
-* A large (LFS) file: 302 to another origin (the CDN: a second port) with `X-Linked-Etag` (the
-  sha256), `X-Linked-Size` and `X-Repo-Commit`; the CDN serves the bytes, ranges included
-  (`Range: bytes=N-` -> 206 with `Content-Range`).
+* A large (LFS) file: 302 to another origin (the CDN: a second port, named `localhost`) with
+  `X-Linked-Etag` (the sha256), `X-Linked-Size` and `X-Repo-Commit`; the CDN serves the bytes,
+  ranges included (`Range: bytes=N-` -> 206 with `Content-Range`).
 * A missing repo: 401 `X-Error-Code: RepoNotFound`; a missing revision or file: 404
   `RevisionNotFound` / `EntryNotFound`.
 
@@ -67,7 +67,10 @@ class LocalHub:
 
     @property
     def cdn_url(self) -> str:
-        return f"http://127.0.0.1:{self.cdn.server_port}"
+        # Another host name for the same loopback server, as the real CDN is another host:
+        # huggingface_hub 1.x follows a metadata request's redirect when the host name is the
+        # hub's (whatever the port) and then misses the hub's headers on the CDN's answer.
+        return f"http://localhost:{self.cdn.server_port}"
 
     def by_sha256(self, sha: str) -> bytes | None:
         return next((data for data in self.files.values()
