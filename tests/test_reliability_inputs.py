@@ -33,7 +33,7 @@ import soundfile as sf
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from speechlens_cli import api
+from speechlens_cli import api, kernels
 from speechlens_cli.errors import AudioInputError, UsageError
 from speechlens_cli.model.config import ModelConfig
 from speechlens_cli.synthetic.speech import noisy_speech
@@ -488,7 +488,7 @@ _HUGE_SHARD = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(mx.is_available(mx.gpu) and not mx.metal.is_available(),
+@pytest.mark.skipif(kernels.gpu_backend() == "cuda",
                     reason="CUDA's libraries map more than the 3 GB limit of address space")
 @pytest.mark.parametrize("shard", ["0/100000000000", "99999999999/100000000000"])
 def test_a_huge_shard_count_costs_no_memory(tmp_path, tiny_checkpoint, shard):
@@ -522,7 +522,6 @@ def test_a_bad_cpu_thread_count_is_a_usage_error(tmp_path, tiny_checkpoint, monk
                     "--device", "cpu")
     if value.isdigit() and value.strip("0"):  # a count (here: far above the cores)
         assert result.exit_code == 0, result.output
-        from speechlens_cli import kernels
         assert kernels.cpu_threads() == len(os.sched_getaffinity(0))
         return
     assert result.exit_code == 2, result.output
