@@ -144,6 +144,7 @@ class FilePlan:
     output: OutputFormat
     overwrite: bool
     name: str
+    root: Path | None = None  # the output folder named, when `destination` is mirrored below it
 
     def facts(self) -> dict:
         """What a report shows about the file before and after enhancing it."""
@@ -162,6 +163,8 @@ def plan_file(
     name: str | None = None,
     create_folders: bool = False,
     track: int | None = None,
+    inputs: frozenset = frozenset(),
+    root: str | os.PathLike | None = None,
 ) -> FilePlan:
     """Every check that needs no model: a readable input at a supported rate, an output that is
     not the input, does not exist (unless `overwrite`), lands in a writable folder and has a
@@ -169,14 +172,23 @@ def plan_file(
 
     With `create_folders`, a missing output folder is fine when its nearest existing ancestor is
     writable (the batch mirrors the input tree into it). `track` picks a media file's audio
-    track (from 0; the default track otherwise).
+    track (from 0; the default track otherwise). `inputs`, every input of the run
+    (audio_io.identities): an output among them is refused, as replacing it would lose it.
+    `root`, the output folder named when `destination` is mirrored below it: no symbolic link
+    between the two is followed.
     """
     source, destination = Path(source), Path(destination)
+    root = destination.parent if root is None else Path(root)
+    if not destination.is_relative_to(root):
+        raise UsageError(f"{destination}: is not inside its output folder {root}")
     name = name or str(source)
     info = audio_io.read_info(source, name, track)
     check_sample_rate(info.sample_rate, name)
+    audio_io.check_no_links(root, destination.parent)
     if audio_io.same_file(source, destination):
         raise UsageError(f"{destination}: is the input itself; choose another output")
+    if not inputs.isdisjoint(audio_io.identities(destination)):
+        raise OutputError(f"{destination}: is also an input of this run; choose another output")
     if destination.is_dir():
         raise OutputError(f"{destination}: is a folder, not an output file")
     if destination.exists() and not overwrite:
@@ -189,7 +201,7 @@ def plan_file(
     output = audio_io.output_format(info, destination, subtype, container=container,
                                     source=source)
     audio_io.check_copies_fit(info, output, str(destination))
-    return FilePlan(source, destination, info, output, overwrite, name)
+    return FilePlan(source, destination, info, output, overwrite, name, root)
 
 
 def run_plan(
@@ -209,7 +221,7 @@ def run_plan(
     geometry = Geometry.from_seconds(chunk_seconds, overlap, rate)
     check_window_memory(model.config, min(geometry.chunk, plan.info.frames), rate, plan.name)
     started = time.perf_counter()
-    plan.destination.parent.mkdir(parents=True, exist_ok=True)
+    audio_io.make_folders(plan.destination.parent, plan.root)
     with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:
         result = enhance_stream(
             plan.source, temporary, window_enhancer(model, rate, strict, plan.name),

@@ -329,6 +329,59 @@ def test_output_that_is_the_input_in_a_batch(tmp_path, tiny_checkpoint):
     assert src.read_bytes() == before and not leftovers(tmp_path)
 
 
+def _error_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("error: ")]
+
+
+def _suffix_chain(tmp_path: Path) -> tuple[list, Path, list[str], list[Path]]:
+    """a.wav's output a_c.wav is the second input."""
+    a, a_c = make_audio(tmp_path / "a.wav", seed=1), make_audio(tmp_path / "a_c.wav", seed=2)
+    return [a, a_c, "--suffix", "_c"], a_c, [f"{a_c}: is also an input"], [tmp_path / "a_c_c.wav"]
+
+
+def _input_in_the_output_folder(tmp_path: Path) -> tuple[list, Path, list[str], list[Path]]:
+    """in/a.wav's output out/a.wav is the second input (whose output it is too)."""
+    out = tmp_path / "out"
+    a, b = make_audio(tmp_path / "in" / "a.wav", seed=1), make_audio(tmp_path / "in" / "b.wav")
+    victim = make_audio(out / "a.wav", seed=2)
+    return ([a, victim, b, "-o", out], victim,
+            [f"{victim}: is also an input", f"{victim}: is also the output of another input"],
+            [out / "b.wav"])
+
+
+def _folder_into_its_parent(tmp_path: Path) -> tuple[list, Path, list[str], list[Path]]:
+    """`enhance d/sub/ d/`: d/sub/sub/a.wav is mirrored onto the input d/sub/a.wav."""
+    victim = make_audio(tmp_path / "d" / "sub" / "a.wav", seed=1)
+    make_audio(tmp_path / "d" / "sub" / "sub" / "a.wav", seed=2)
+    return ([victim.parent, tmp_path / "d"], victim, [f"{victim}: is also an input"],
+            [tmp_path / "d" / "a.wav"])
+
+
+@pytest.mark.parametrize("setup", [_suffix_chain, _input_in_the_output_folder,
+                                   _folder_into_its_parent],
+                         ids=["suffix-chain", "input-in-output-folder", "folder-into-its-parent"])
+def test_overwrite_never_replaces_another_input(tmp_path, tiny_checkpoint, setup):
+    """An output that is another input of the run (not its own) used to be replaced under
+    --overwrite: that job alone fails, in one line, exit 3; the input keeps its bytes and the
+    other jobs are written. Under --skip-existing the existing output is kept, as before."""
+    args, victim, lines, written = setup(tmp_path)
+    before = victim.read_bytes()
+    result = invoke("enhance", *args, "--model", tiny_checkpoint, "--overwrite")
+    assert result.exit_code == 3, result.output
+    assert "Traceback" not in result.output
+    *errors, summary = _error_lines(result)
+    assert len(errors) == len(lines) and summary.endswith(" files failed (listed above)"), \
+        result.stderr
+    for line, fragment in zip(errors, lines, strict=True):
+        assert line.startswith(f"error: {fragment}"), line
+    assert errors[0].endswith("choose another output")
+    assert victim.read_bytes() == before
+    assert all(sf.info(str(path)).frames > 0 for path in written)
+    assert not leftovers(tmp_path)
+    again = invoke("enhance", *args, "--model", tiny_checkpoint, "--skip-existing", "--json")
+    assert "is also an input" not in again.output and victim.read_bytes() == before
+
+
 # ------------------------------------------------------------------------------ symlinks
 
 @cases(6)   # the hostile links; the link inside the tree is followed
@@ -363,6 +416,80 @@ def test_symlinks_never_lead_the_batch_out_of_its_tree(tmp_path, tiny_checkpoint
         assert status[name] == ("skipped", "symlinked folder, not followed")
     assert sorted(tree_bytes(tmp_path / "out")) == ["a.wav", "sub/inside.wav"]
     audit_outputs(tmp_path / "out")
+
+
+def _mirrored_tree(tmp_path: Path) -> Path:
+    """in/a.wav, in/sub/b.wav, in/sub/deep/c.wav."""
+    for index, name in enumerate(("a.wav", "sub/b.wav", "sub/deep/c.wav")):
+        make_audio(tmp_path / "in" / name, seed=index)
+    return tmp_path / "in"
+
+
+def _link_line(link: Path) -> str:
+    return (f"error: {link}: is a symbolic link; speechlens does not write through links inside "
+            "the output folder")
+
+
+@pytest.mark.parametrize("target", ["folder", "dangling"])
+def test_a_symlinked_folder_in_the_output_tree_is_never_followed(tmp_path, tiny_checkpoint,
+                                                                 target):
+    """out/sub is already a link, to a folder elsewhere or to nothing: the files mirrored below
+    it used to be written there (with --overwrite, replacing what was there), or the batch
+    stopped with a FileExistsError traceback. Each now fails in one line naming the link, at
+    planning (--dry-run says so); a.wav is written, exit 3, the link and what it points to are
+    untouched. The output folder named, itself a link here, is the user's choice: followed."""
+    root = _mirrored_tree(tmp_path)
+    real_out, elsewhere = tmp_path / "real-out", tmp_path / "elsewhere"
+    real_out.mkdir()
+    named = tmp_path / "out"
+    named.symlink_to(real_out)
+    if target == "folder":
+        make_audio(elsewhere / "b.wav", seed=9)
+        make_audio(elsewhere / "deep" / "c.wav", seed=9)
+    (named / "sub").symlink_to(elsewhere)
+    before = tree_bytes(elsewhere)
+    for flags in (["--dry-run"], []):
+        result = invoke("enhance", root, named, "--model", tiny_checkpoint, "--overwrite", "-q",
+                        *flags)
+        assert result.exit_code == 3, result.output
+        assert "Traceback" not in result.output
+        assert _error_lines(result) == [_link_line(named / "sub")] * 2 + \
+            ["error: 2 of 3 files failed (listed above)"], result.stderr
+    assert (named / "sub").is_symlink()
+    if target == "folder":
+        assert tree_bytes(elsewhere) == before
+    else:
+        assert not elsewhere.exists()
+    assert sorted(p.relative_to(real_out).as_posix() for p in real_out.rglob("*")) == \
+        ["a.wav", "sub"]
+    audit_outputs(real_out, {"a.wav": 400})
+    assert not leftovers(tmp_path)
+
+
+def test_a_link_made_in_the_output_tree_after_planning_is_refused(tmp_path, tiny_checkpoint,
+                                                                 monkeypatch):
+    """Another process makes out/sub a link to a folder elsewhere while a.wav is enhanced, after
+    planning found none: the output folders are made one level at a time and the link is
+    refused, never followed (b.wav and c.wav used to be written elsewhere). Each fails in one
+    line; exit 3; nothing is written elsewhere."""
+    root = _mirrored_tree(tmp_path)
+    out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    real = api.enhance_channels
+
+    def make_link(*args):
+        if not (out / "sub").is_symlink():
+            (out / "sub").symlink_to(elsewhere)
+        return real(*args)
+
+    monkeypatch.setattr(api, "enhance_channels", make_link)
+    result = invoke("enhance", root, out, "--model", tiny_checkpoint, "-q")
+    assert result.exit_code == 3, result.output
+    assert _error_lines(result) == [_link_line(out / "sub")] * 2 + \
+        ["error: 2 of 3 files failed (listed above)"], result.stderr
+    assert list(elsewhere.iterdir()) == []
+    audit_outputs(out, {"a.wav": 400})
+    assert not leftovers(tmp_path)
 
 
 # ------------------------------------------------------------------------------ two writers

@@ -17,7 +17,15 @@ from .formats import (
     writable_suffixes,
 )
 from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_finite
-from .outputs import atomic_output, check_writable, nearest_existing, same_file
+from .outputs import (
+    atomic_output,
+    check_no_links,
+    check_writable,
+    identities,
+    make_folders,
+    nearest_existing,
+    same_file,
+)
 from .read import open_reader, read_block, read_info
 from .sink import Sink
 from .streams import copy_to_stream, detach_stdout, spooled_stdin, stdout_folder, write_line
@@ -26,10 +34,10 @@ from .writers import check_copies_fit, open_sink
 
 __all__ = [
     "MAX_CHANNELS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped", "TreeScan",
-    "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_subtype_name",
-    "check_writable",
-    "container_subtypes", "copy_to_stream", "detach_stdout", "format_for_suffix",
-    "nearest_existing", "open_reader", "open_sink", "output_format", "read_block", "read_info",
-    "same_file", "scan_tree", "spooled_stdin", "stdout_folder", "unwritable", "writable_subtypes",
+    "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_no_links",
+    "check_subtype_name", "check_writable", "container_subtypes", "copy_to_stream",
+    "detach_stdout", "format_for_suffix", "identities", "make_folders", "nearest_existing",
+    "open_reader", "open_sink", "output_format", "read_block", "read_info", "same_file",
+    "scan_tree", "spooled_stdin", "stdout_folder", "unwritable", "writable_subtypes",
     "writable_suffixes", "write_line",
 ]

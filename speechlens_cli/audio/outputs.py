@@ -1,4 +1,5 @@
-"""Where outputs go: writable folders, never the input itself, and atomic publication."""
+"""Where outputs go: writable folders, never through a link inside the output folder, never an
+input of the run, and atomic publication."""
 
 from __future__ import annotations
 
@@ -47,13 +48,72 @@ def nearest_existing(folder: Path) -> Path:
     return folder
 
 
+def identities(*paths: Path) -> frozenset:
+    """Every name of these files: each resolved path and, where the file exists, its (device,
+    inode). Two paths share one when writing one would replace the other (symlinks, "..", hard
+    links): a run's inputs are gathered once, then each output is looked up in them."""
+    names = set()
+    for path in paths:
+        with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: a link loop (< 3.13)
+            names.add(path.resolve())
+            found = os.stat(path)
+            names.add((found.st_dev, found.st_ino))
+    return frozenset(names)
+
+
 def same_file(a: Path, b: Path) -> bool:
     """True when writing `b` would replace `a` (symlinks, "..", hard links included)."""
-    if a.resolve() == b.resolve():
-        return True
-    with contextlib.suppress(OSError):
-        return os.path.samefile(a, b)
-    return False
+    return not identities(a).isdisjoint(identities(b))
+
+
+def check_no_links(root: Path, folder: Path) -> None:
+    """Refuse `folder` when a folder between `root` (the output folder the user named, which,
+    like its ancestors, may be a link: the user chose it) and it is a symbolic link: following
+    it would write, and --overwrite replace, files outside the output tree."""
+    for level in _levels(root, folder):
+        try:
+            mode = os.lstat(level).st_mode
+        except FileNotFoundError:
+            return   # the rest is still to be made, by make_folders
+        except OSError as error:
+            raise OutputError(f"{level}: cannot be checked ({error.strerror or error})") \
+                from None
+        _refuse_link(level, mode)
+
+
+def make_folders(folder: Path, root: Path | None = None) -> None:
+    """Create `folder` for an output: `root` (the folder the user named; default `folder`) as
+    given, then each level below it one at a time, refusing a link rather than following it
+    (another process may have made one since check_no_links)."""
+    root = folder if root is None else root
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        for level in _levels(root, folder):
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(level)
+            mode = os.lstat(level).st_mode
+            _refuse_link(level, mode)
+            if not stat.S_ISDIR(mode):
+                raise OutputError(f"{level}: is a file, not a folder")
+    except OSError as error:
+        raise OutputError(f"{error.filename or folder}: the output folder cannot be made "
+                          f"({error.strerror or error})") from None
+
+
+def _levels(root: Path, folder: Path) -> list[Path]:
+    """The folders from below `root` down to `folder` (which is `root` or inside it)."""
+    levels, level = [], root
+    for part in folder.relative_to(root).parts:
+        level = level / part
+        levels.append(level)
+    return levels
+
+
+def _refuse_link(level: Path, mode: int) -> None:
+    """A link below the named output folder could lead anywhere: never written through."""
+    if stat.S_ISLNK(mode):
+        raise OutputError(f"{level}: is a symbolic link; speechlens does not write through "
+                          "links inside the output folder")
 
 
 @contextlib.contextmanager

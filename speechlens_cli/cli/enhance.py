@@ -149,6 +149,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             jobs = [job.in_format(suffix, named=named) for job in jobs]
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
+        inputs = audio_io.identities(*(job.source for job in jobs))  # before sharing them out
         jobs, others = share.take(jobs, others)
         if batch:
             check_shared_destination(jobs, skip_existing=skip_existing)
@@ -165,7 +166,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
                             batch=batch, total=total, plan_lines=live)
 
         def run(reporter: Reporter) -> list[SpeechlensError]:
-            errors = run_jobs(jobs, reporter, options, batch=batch)
+            errors = run_jobs(jobs, reporter, options, batch=batch, inputs=inputs)
             for path in others:
                 reporter.record(left_alone(path))
             return errors

@@ -20,6 +20,7 @@ class Job:
     name: str          # the input as the user named it
     shown_output: str  # the output as reported ("-" for stdout)
     container: str | None = None  # forced container (stdout is WAV)
+    root: Path | None = None  # the output folder named, for an output mirrored below it
 
     @property
     def to_stdout(self) -> bool:
@@ -47,7 +48,8 @@ def folder_jobs(source: Path, destination: Path) -> tuple[list[Job], list]:
     inside = destination.resolve().is_relative_to(source.resolve())
     scan = audio_io.scan_tree(source, exclude=destination if inside else None)
     jobs = [Job(path, destination / path.relative_to(source), str(path),
-                 str(destination / path.relative_to(source))) for path in scan.audio]
+                 str(destination / path.relative_to(source)), root=destination)
+            for path in scan.audio]
     if not jobs:
         raise UsageError(f"{source}: no audio files found")
     return jobs, [*scan.other, *scan.skipped]

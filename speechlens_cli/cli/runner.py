@@ -32,9 +32,11 @@ class EnhanceOptions:
 
 
 def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
-             batch: bool) -> list[SpeechlensError]:
+             batch: bool, inputs: frozenset) -> list[SpeechlensError]:
     """Plan every job, then report or run each in order; the model is loaded once, at the first
     real work. Planning all first gives the batch's progress its total of audio seconds.
+    `inputs`: every input of the run (audio_io.identities), this process's share or not; no
+    output may replace one.
 
     A file that fails is recorded and the next one runs; a model that cannot load stops the run.
     """
@@ -50,7 +52,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         reporter.record(FileResult(job.name, job.shown_output, Status.FAILED,
                                    {"error": str(error)}))
 
-    outcomes = _plan_jobs(jobs, options, batch=batch)
+    outcomes = _plan_jobs(jobs, options, batch=batch, inputs=inputs)
     reporter.batch_seconds(sum(o.info.seconds for o in outcomes if isinstance(o, api.FilePlan)))
     for job, plan in zip(jobs, outcomes, strict=True):
         interrupts.check()
@@ -90,8 +92,8 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     return errors
 
 
-def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *,
-               batch: bool) -> list[api.FilePlan | SpeechlensError | FileResult]:
+def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
+               inputs: frozenset) -> list[api.FilePlan | SpeechlensError | FileResult]:
     """Each job's plan, the error that refuses it, or its result already (an existing output
     kept under --skip-existing)."""
     outcomes, outputs = [], set()
@@ -107,7 +109,7 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *,
             outcomes.append(api.plan_file(
                 job.source, job.destination, overwrite=options.overwrite,
                 subtype=options.subtype, container=job.container, name=job.name,
-                create_folders=batch, track=options.track))
+                create_folders=batch, track=options.track, inputs=inputs, root=job.root))
         except SpeechlensError as error:
             outcomes.append(error)
     return outcomes
