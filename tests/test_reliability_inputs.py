@@ -14,12 +14,14 @@ tiny model, comparing peak RSS with a short input.
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
 import struct
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -684,3 +686,268 @@ def test_a_ring_whose_peers_never_come_ends_in_one_line(tmp_path, tiny_checkpoin
     assert "the ring group did not form within 2 s" in line and "Unset MLX_RANK" in line, line
     assert time.monotonic() - started < 30
     assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------ declared lengths
+
+def _encoded(rate: int, seconds: float, muxer: str, encoder: str, bit_rate: int, seed: int,
+             options: dict[str, str] | None = None) -> bytes:
+    """Noisy speech encoded by FFmpeg into `muxer` (in memory), one codec frame at a time."""
+    import av
+    audio = noisy_speech(rate, seconds, seed=seed)
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=muxer, options=options or {}) as out:
+        stream = out.add_stream(encoder, rate=rate, layout="mono")
+        stream.bit_rate = bit_rate
+        step = stream.codec_context.frame_size or 4096
+        for start in range(0, len(audio), step):
+            frame = av.AudioFrame.from_ndarray(audio[None, start:start + step], format="flt",
+                                               layout="mono")
+            frame.sample_rate, frame.pts = rate, start
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    return buffer.getvalue()
+
+
+#: MP3 with no ID3 tag; with or without the encoder's (Xing/LAME) header, which records the
+#: frame count and the padding.
+_BARE_MP3 = {"id3v2_version": "0"}
+_NO_ENCODER_HEADER = {**_BARE_MP3, "write_xing": "0"}
+
+
+def _vbr_mp3_without_encoder_header(folder: Path) -> Path:
+    """1 s at 160 kbit/s, then 3 s at 8 kbit/s, no Xing header: FFmpeg times it by the bit rate
+    of the frames it probes first (2.2 s of the 4.2 s it holds)."""
+    fast = _encoded(16000, 1.0, "mp3", "libmp3lame", 160_000, 1, _NO_ENCODER_HEADER)
+    slow = _encoded(16000, 3.0, "mp3", "libmp3lame", 8_000, 2, _NO_ENCODER_HEADER)
+    (folder / "in.mp3").write_bytes(fast + slow)
+    return folder / "in.mp3"
+
+
+def _joined_mp3s(folder: Path) -> Path:
+    """Two MP3s (1 s and 1.5 s) joined as `cat a.mp3 b.mp3` joins them: the first one's
+    encoder header counts only its own frames."""
+    first = _encoded(16000, 1.0, "mp3", "libmp3lame", 64_000, 1, _BARE_MP3)
+    second = _encoded(16000, 1.5, "mp3", "libmp3lame", 64_000, 2, _BARE_MP3)
+    (folder / "joined.mp3").write_bytes(first + second)
+    return folder / "joined.mp3"
+
+
+def _m4a_whose_mdhd_understates(folder: Path) -> Path:
+    """2.5 s of AAC whose media header (mdhd) records a third of its duration."""
+    raw = bytearray(_encoded(16000, 2.5, "ipod", "aac", 64_000, 1))
+    at = raw.find(b"mdhd") + 4
+    assert raw[at] == 0, "version 0 mdhd: 32-bit times"
+    duration = at + 16   # version and flags, creation and modification times, time scale
+    third = struct.unpack(">I", raw[duration:duration + 4])[0] // 3
+    raw[duration:duration + 4] = struct.pack(">I", third)
+    (folder / "in.m4a").write_bytes(bytes(raw))
+    return folder / "in.m4a"
+
+
+def _decoded_frames(path: Path) -> int:
+    """The samples FFmpeg plays: every frame its decoder gives."""
+    import av
+    with av.open(str(path)) as container:
+        return sum(frame.samples for frame in container.decode(audio=0))
+
+
+def _declared_frames(path: Path) -> int:
+    import av
+    with av.open(str(path)) as container:
+        stream = container.streams.audio[0]
+        return round(stream.duration * stream.time_base * stream.codec_context.sample_rate)
+
+
+#: name: (build, through stdin, FFmpeg reports a length of under 60% of what decodes)
+LENGTH_CASES = {
+    "vbr-mp3-without-encoder-header": (_vbr_mp3_without_encoder_header, False, True),
+    "joined-mp3s-on-stdin": (_joined_mp3s, True, False),
+    "joined-mp3s": (_joined_mp3s, False, False),
+    "m4a-whose-mdhd-understates": (_m4a_whose_mdhd_understates, False, True),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LENGTH_CASES))
+def test_a_declared_length_never_cuts_what_decodes(tmp_path, tiny_checkpoint, name):
+    """The output holds every sample that decodes, as ffmpeg plays it, whatever length the
+    container declares: a declared length shorter than that by more than the encoder's padding
+    is an estimate (VBR timed by its first frame) or damage. These were cut to the declared
+    length (down to 48% of a file), exit 0; joined MP3s on stdin went through libsndfile, which
+    counts the first file's header alone."""
+    build, on_stdin, understated = LENGTH_CASES[name]
+    source = build(tmp_path)
+    decoded = _decoded_frames(source)
+    if understated:
+        assert _declared_frames(source) < 0.6 * decoded
+    else:   # libsndfile counts the first file's frames alone
+        assert sf.info(str(source)).frames < 0.6 * decoded
+    out = tmp_path / "out.wav"
+    if on_stdin:
+        result = invoke("enhance", "-", out, "--model", tiny_checkpoint,
+                        input=source.read_bytes())
+    else:
+        result = invoke("enhance", source, out, "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    assert sf.info(str(out)).frames == decoded
+    assert decoded > 0.95 * 2.5 * 16000
+    assert not leftovers(tmp_path)
+
+
+def test_a_declared_length_still_trims_the_encoders_padding(tmp_path, tiny_checkpoint):
+    """The counterpart: where the container's length is right (AAC's edit list, MP3's LAME
+    header), the encoder's padding in the last codec frame is not audio and is left out."""
+    for name, data, frames in (
+            ("in.m4a", _encoded(16000, 2.5, "ipod", "aac", 64_000, 1), 40000),
+            ("in.mp3", _encoded(16000, 2.5, "mp3", "libmp3lame", 64_000, 1, _BARE_MP3), 40000)):
+        source = tmp_path / name
+        source.write_bytes(data)
+        out = tmp_path / (name + ".wav")
+        result = invoke("enhance", source, out, "--model", tiny_checkpoint)
+        assert result.exit_code == 0, result.output
+        assert sf.info(str(out)).frames == frames == _declared_frames(source), name
+
+
+# ------------------------------------------------------------------------------ other readers
+
+@cases(4)
+def test_playlists_and_concat_lists_never_lead_out_of_the_tree(tmp_path, tiny_checkpoint):
+    """FFmpeg chooses its reader by a file's first bytes: a concat list (`ffconcat version 1.0`)
+    or an HLS playlist (`#EXTM3U`) in a scanned folder made it open the files named inside,
+    through a symlinked folder the scan itself does not follow. A list named `.mkv` had the file
+    outside enhanced into the output tree; a list or playlist naming a FIFO hung the scan. Only
+    the containers speechlens reads are opened now, through the file protocol alone."""
+    outside = tmp_path / "outside"
+    secret = make_audio(outside / "secret.wav", frames=16000, rate=16000)
+    os.mkfifo(outside / "pipe.wav")
+    tree = tmp_path / "in"
+    make_audio(tree / "good.wav")
+    (tree / "escape").symlink_to(outside, target_is_directory=True)
+    (tree / "list.mkv").write_text("ffconcat version 1.0\nfile 'escape/secret.wav'\n")
+    (tree / "list.txt").write_text("ffconcat version 1.0\nfile 'escape/pipe.wav'\n")
+    (tree / "live.m3u8").write_text("#EXTM3U\n#EXT-X-TARGETDURATION:10\n#EXTINF:1.0,\n"
+                                    f"{outside / 'pipe.wav'}\n#EXT-X-ENDLIST\n")
+    secret_bytes = secret.read_bytes()
+    result = run_child(["enhance", tree, tmp_path / "out", "--model", tiny_checkpoint, "--json"],
+                       timeout=60)
+    assert result.returncode == 3, result.stderr
+    records = {Path(r["input"]).name: r for r in map(json.loads, result.stdout.splitlines())}
+    assert records["good.wav"]["status"] == "done"
+    assert records["list.mkv"]["status"] == "failed"
+    assert "not a container speechlens reads" in records["list.mkv"]["error"]
+    assert records["list.txt"]["status"] == records["live.m3u8"]["status"] == "not-audio"
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["good.wav"]
+    assert secret.read_bytes() == secret_bytes
+
+
+def test_a_name_like_a_url_is_a_file(tmp_path, tiny_checkpoint, monkeypatch):
+    """`speechlens enhance http:talk.mp3 ...` in the folder holding that file: FFmpeg took the
+    name for an HTTP address (and `concat:a|b` would have joined other files)."""
+    monkeypatch.chdir(tmp_path)
+    Path("http:talk.mp3").write_bytes(_encoded(16000, 1.0, "mp3", "libmp3lame", 64_000, 1,
+                                               _BARE_MP3))
+    result = invoke("enhance", "http:talk.mp3", "clean.wav", "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    assert sf.info("clean.wav").frames == _decoded_frames(tmp_path / "http:talk.mp3")
+
+
+# ------------------------------------------------------------------------------ changed inputs
+
+def _release_blocked_readers(fifo: Path, stop: threading.Event) -> None:
+    """Open `fifo` for writing whenever a reader waits on it, and close it at once: a reader
+    that opened it (which blocks until a writer comes) then reads its end instead of hanging."""
+    while not stop.wait(0.2):
+        with contextlib.suppress(OSError):
+            os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+
+
+def _to_fifo(path: Path) -> None:
+    path.unlink()
+    os.mkfifo(path)
+
+
+#: name: (suffix of the input, what happens to it after planning, the reason it fails; None: it
+#: is enhanced as it is now)
+CHANGES: dict[str, tuple[str, Callable[[Path], object], str | None]] = {
+    "rate-48kHz": (".wav", lambda p: make_audio(p, 4000, rate=48000), "changed after the run"),
+    "stereo": (".wav", lambda p: make_audio(p, 4000, channels=2), "changed after the run"),
+    "fifo": (".wav", _to_fifo, "not a regular file (a pipe, socket or device)"),
+    "deleted": (".wav", Path.unlink, "no such file"),
+    "m4a-longer": (".m4a", lambda p: p.write_bytes(_encoded(16000, 2.0, "ipod", "aac", 64_000, 2)),
+                   "changed after the run"),
+    "rewritten-alike": (".wav", lambda p: make_audio(p, 4000, seed=5), None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CHANGES))
+def test_an_input_changed_after_planning_fails_alone(tmp_path, tiny_checkpoint, monkeypatch,
+                                                      name):
+    """The second file of a batch is replaced, made a FIFO or deleted after the batch was planned
+    (when the model loads). It was written as done with the planned header at the wrong rate,
+    aborted the batch with a traceback (stereo), hung (FIFO) or said "System error." (deleted).
+    Now each file is checked again when it is opened: one that still holds what was planned is
+    enhanced as it is now, any other fails alone, in one line, and the batch goes on."""
+    suffix, change, reason = CHANGES[name]
+    tree = tmp_path / "in"
+    make_audio(tree / "a.wav")
+    changed = tree / ("b" + suffix)
+    if suffix == ".wav":
+        make_audio(changed, 4000, seed=1)
+    else:
+        changed.write_bytes(_encoded(16000, 1.0, "ipod", "aac", 64_000, 1))
+    make_audio(tree / "c.wav", seed=2)
+    load = api.get_model
+
+    def load_after_changing(spec):
+        change(changed)
+        return load(spec)
+
+    monkeypatch.setattr(api, "get_model", load_after_changing)
+    stop = threading.Event()
+    watchdog = threading.Thread(target=_release_blocked_readers, args=(changed, stop))
+    watchdog.start()
+    try:
+        result = invoke("enhance", tree, tmp_path / "out", "--model", tiny_checkpoint)
+    finally:
+        stop.set()
+        watchdog.join()
+    written = sorted(p.name for p in (tmp_path / "out").iterdir())
+    if reason is None:
+        assert result.exit_code == 0, result.output
+        assert written == ["a.wav", "b.wav", "c.wav"]
+        assert sf.info(str(tmp_path / "out" / "b.wav")).frames == 4000
+    else:
+        assert result.exit_code == 3, result.output
+        assert "Traceback" not in result.stderr
+        line, verdict = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+        assert line.startswith(f"error: {changed}: ") and reason in line, line
+        assert verdict == "error: 1 of 3 files failed (listed above)"
+        assert written == ["a.wav", "c.wav"]
+    audit_outputs(tmp_path / "out")
+
+
+def test_a_signal_during_the_folder_scan_interrupts(tmp_path, tiny_checkpoint):
+    """SIGTERM while the scan reads a file in a C library that clears the interrupt (FFmpeg,
+    blocked on a FIFO a playlist named, did): the run ended in "no audio files found", exit 2.
+    The scan's end now checks for an interrupt that arrived meanwhile: exit 130."""
+    tree = tmp_path / "in"
+    make_audio(tree / "a.wav")
+    child = textwrap.dedent("""
+        import contextlib, dataclasses, os, signal, sys, time
+        from speechlens_cli import audio
+        scan = audio.scan_tree
+        def scan_while_terminated(root, exclude=None):
+            with contextlib.suppress(KeyboardInterrupt):   # as the library did
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            return dataclasses.replace(scan(root, exclude), audio=[])
+        audio.scan_tree = scan_while_terminated
+        from speechlens_cli.cli import main
+        sys.argv[0] = "speechlens"
+        main()
+    """)
+    result = subprocess.run([sys.executable, "-c", child, "enhance", str(tree),
+                             str(tmp_path / "out"), "--model", str(tiny_checkpoint)],
+                            capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
+    assert result.returncode == 130, result.stderr
+    assert not (tmp_path / "out").exists()

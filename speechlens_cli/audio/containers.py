@@ -49,6 +49,10 @@ CONTAINERS = {container.name: container for container in (
 
 #: FFmpeg's demuxer name -> the container, for a file whose suffix does not say.
 _DEMUXED_AS = {"mov,mp4,m4a,3gp,3g2,mj2": "MP4", "matroska,webm": "MKV", "mp3": "MP3"}
+#: The only demuxers FFmpeg may open an input with: it would otherwise choose among all of its
+#: readers by a file's first bytes, playlists (HLS) and concat lists among them, which open and
+#: read other files, anywhere, named inside the one given.
+DEMUXERS = ",".join(_DEMUXED_AS)
 #: Bits per second and channel for a lossy encoding when the input's own rate is not kept (a WAV
 #: into .m4a, say): transparent for speech with AAC, Opus and MP3.
 LOSSY_BIT_RATE_PER_CHANNEL = 96_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -28,6 +29,24 @@ class MediaTrack:
     #: When the track's first sample plays, in seconds from the start of the file (kept, so the
     #: speech stays in sync with the picture).
     start: Fraction
+    #: The audio track asked for (from 0), None for the default one: a file changed after
+    #: planning is read again with the same choice.
+    track: int | None = None
+
+
+@dataclass(frozen=True)
+class FileStamp:
+    """Which file a header was read from, and which version of it: a file replaced, rewritten
+    or touched after planning has another stamp, and is checked again before it is read."""
+
+    device: int
+    inode: int
+    size: int
+    modified_ns: int
+
+    @classmethod
+    def of(cls, status: os.stat_result) -> FileStamp:
+        return cls(status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns)
 
 
 @dataclass(frozen=True)
@@ -41,10 +60,17 @@ class AudioInfo:
     format: str
     subtype: str
     media: MediaTrack | None = None
+    stamp: FileStamp | None = None
 
     @property
     def seconds(self) -> float:
         return self.frames / self.sample_rate
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        """What the windows and the output are planned from: frames, rate and channels."""
+        return self.frames, self.sample_rate, self.channels
+
 
 def check_channels(channels: int, subject: str, hint: str) -> None:
     """At least one channel and at most MAX_CHANNELS; `subject` names the audio in the message

@@ -38,7 +38,7 @@ def select_track(container: av.container.InputContainer, name: str,
 @contextlib.contextmanager
 def opened(path: str | os.PathLike, name: str) -> Iterator[av.container.InputContainer]:
     try:
-        container = av.open(pyav.native_path(path))
+        container = pyav.open_input(path)
     except pyav.ERRORS as error:
         raise AudioInputError(f"{name}: not a readable audio file ({pyav.reason(error)})") \
             from None
@@ -46,10 +46,24 @@ def opened(path: str | os.PathLike, name: str) -> Iterator[av.container.InputCon
         yield container
 
 
+#: How far short of the decoded samples a recorded length may fall and still be taken: an
+#: encoder pads the last codec frame (and some flush one more), which MP4 edit lists and MP3's
+#: encoder header leave out of the length they record.
+PADDING_CODEC_FRAMES = 2
+
+
+def track_frames(decoded: int, declared: int | None, codec_frame: int) -> int:
+    """The samples a track holds: those that decode. A recorded length only trims the encoder's
+    padding from the end; one shorter than that is an estimate or damage (a VBR MP3 without an
+    encoder header is timed by its first frame's bit rate, an MP4's mdhd may under-state its
+    samples), and one longer than what decodes cannot be delivered."""
+    if declared is not None and 0 <= decoded - declared < PADDING_CODEC_FRAMES * codec_frame:
+        return declared
+    return decoded
+
+
 def _declared_frames(stream: av.audio.stream.AudioStream, rate: int) -> int | None:
-    """The track's length as the container records it, in samples: MP4 edit lists and MP3's
-    encoder header leave out the encoder's priming and padding, which the decoder's count of
-    a final, partly empty codec frame includes."""
+    """The track's length as the container records it, in samples, or None."""
     if stream.duration is None or stream.time_base is None:
         return None
     return round(stream.duration * stream.time_base * rate)
@@ -61,13 +75,14 @@ def probe(path: str | os.PathLike, name: str, track: int | None = None) -> Audio
     path = Path(path)
     with opened(path, name) as container:
         stream = select_track(container, name, track)
-        decoded, first, size = 0, None, 0
+        decoded, first, size, codec_frame = 0, None, 0, 0
         try:
             for packet in container.demux(stream):
                 size += packet.size
                 for frame in packet.decode():
                     first = first or frame
                     decoded += frame.samples
+                    codec_frame = max(codec_frame, frame.samples)
         except pyav.ERRORS as error:
             raise AudioInputError(f"{name}: could not be decoded ({pyav.reason(error)})") \
                 from None
@@ -75,14 +90,13 @@ def probe(path: str | os.PathLike, name: str, track: int | None = None) -> Audio
             raise AudioInputError(f"{name}: its audio track holds no samples")
         rate, channels = first.sample_rate, first.layout.nb_channels
         check_channels(channels, f"{name}:", "split it into files of fewer channels first")
-        declared = _declared_frames(stream, rate)
-        frames = min(decoded, declared) if declared else decoded
+        frames = track_frames(decoded, _declared_frames(stream, rate), codec_frame)
         kind = container_for_file(path.suffix, container.format.name)
         start = (Fraction(first.pts) * first.time_base
                  if first.pts is not None and first.time_base else Fraction(0))
         # Matroska records no bit rate: the packets' own is the rate to keep
         bit_rate = stream.codec_context.bit_rate or round(8 * size * rate / frames)
-        media = MediaTrack(path, stream.index, first.layout.name, bit_rate, start)
+        media = MediaTrack(path, stream.index, first.layout.name, bit_rate, start, track)
         return AudioInfo(frames, rate, channels, kind.name if kind else container.format.name,
                          codec_name(stream.codec_context.name), media)
 
@@ -138,7 +152,7 @@ def has_audio(path: Path) -> bool:
     """Whether PyAV opens `path` as one of the media containers speechlens knows, with an audio
     track (FFmpeg opens almost anything as something: a text file as an ANSI-art video)."""
     try:
-        with av.open(pyav.native_path(path)) as container:
+        with pyav.open_input(path) as container:
             known = container_for_file(path.suffix, container.format.name) is not None
             return known and bool(container.streams.audio)
     except pyav.ERRORS:

@@ -4,19 +4,43 @@ only where a media container is read or written: PyAV's own import costs 50-200 
 
 from __future__ import annotations
 
+import errno
+import io
 import os
 
 import av
+
+from .containers import CONTAINERS, DEMUXERS
 
 #: What PyAV raises for a file FFmpeg cannot open, read, encode or write.
 ERRORS = (av.FFmpegError, OSError, ValueError)
 
 
+class NotReadHere(ValueError):
+    """FFmpeg knows the input's format, but speechlens does not read it through FFmpeg."""
+
+
 def native_path(path: str | os.PathLike) -> str:
-    """The name for every PyAV call. PyAV encodes a str name with the file system's encoding and
-    its surrogate escapes, so a name that is not valid UTF-8 reaches FFmpeg byte for byte; a
-    bytes name it would take for a file object."""
-    return os.fsdecode(path)
+    """The name for every PyAV call: "file:" and the absolute path, so FFmpeg never takes a name
+    such as "http:talk.m4a" or "concat:a|b" for another protocol. PyAV encodes a str name with
+    the file system's encoding and its surrogate escapes, so a name that is not valid UTF-8
+    reaches FFmpeg byte for byte; a bytes name it would take for a file object."""
+    return "file:" + os.path.abspath(os.fsdecode(path))
+
+
+def open_input(source: str | os.PathLike | io.BytesIO) -> av.container.InputContainer:
+    """An input opened only as one of the containers speechlens reads (containers.DEMUXERS),
+    through the file protocol alone: nothing FFmpeg opens can lead to another file or a URL."""
+    allowed = {"format_whitelist": DEMUXERS, "protocol_whitelist": "file"}
+    name = source if isinstance(source, io.BytesIO) else native_path(source)
+    try:
+        return av.open(name, container_options=allowed)
+    except av.ArgumentError as error:
+        if error.errno != errno.EINVAL:
+            raise
+        readable = ", ".join(CONTAINERS)
+        raise NotReadHere(f"not a container speechlens reads through FFmpeg ({readable})") \
+            from None
 
 
 def reason(error: Exception) -> str:

@@ -46,7 +46,7 @@ def check_copies_fit(info: AudioInfo, output: OutputFormat, shown: str) -> None:
     """At planning, before any model runs: every stream to be copied fits the output container
     (an MP4 subtitle does not fit Matroska), tried on a container in memory that is never
     written. `output` is a media container and `info` a media input's."""
-    with av.open(pyav.native_path(info.media.source)) as source, \
+    with pyav.open_input(info.media.source) as source, \
             av.open(io.BytesIO(), "w", format=CONTAINERS[output.format].muxer) as trial:
         for stream in source.streams:
             if stream.index != info.media.stream_index and _copied(stream):
@@ -91,7 +91,7 @@ class MediaSink:
         if track is None:  # audio from a file libsndfile read: the new track alone
             self.audio = self._add_audio(None)
             return
-        self.source = av.open(pyav.native_path(track.source))
+        self.source = pyav.open_input(track.source)
         self.track_number = [s.index for s in self.source.streams.audio].index(track.stream_index)
         for stream in self.source.streams:
             if stream.index == track.stream_index:

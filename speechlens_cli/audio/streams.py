@@ -100,11 +100,9 @@ def _media_start(first: bytes) -> bool:
     box, may come only at the end of a phone recording)."""
     if first[4:8] == b"ftyp":
         return True
-    import av
-
     from . import pyav
     try:
-        with av.open(io.BytesIO(first)) as container:
+        with pyav.open_input(io.BytesIO(first)) as container:
             return bool(container.streams.audio) \
                 and container_for_file("", container.format.name) is not None
     except pyav.ERRORS:

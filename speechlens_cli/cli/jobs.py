@@ -11,6 +11,7 @@ from pathlib import Path
 from .. import audio as audio_io
 from ..errors import OutputError, UsageError
 from ..results import FileResult, Status
+from . import interrupts
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,7 @@ def folder_jobs(source: Path, destination: Path) -> tuple[list[Job], list]:
         raise UsageError(f"{destination}: exists and is not a folder")
     inside = destination.resolve().is_relative_to(source.resolve())
     scan = audio_io.scan_tree(source, exclude=destination if inside else None)
+    interrupts.check()  # a signal whose interrupt a library swallowed while the scan read files
     jobs = [Job(path, destination / path.relative_to(source), str(path),
                  str(destination / path.relative_to(source)), root=destination)
             for path in scan.audio]
