@@ -156,6 +156,9 @@ def refuse_writes(monkeypatch, root: Path, errno: int = errnos.EROFS) -> list[st
 #: Test module -> the headline count its cases add to.
 KINDS = {
     "test_reliability_inputs": "inputs tried",
+    "test_reliability_limits": "inputs tried",
+    "test_reliability_media": "inputs tried",
+    "test_reliability_options": "inputs tried",
     "test_reliability_checkpoints": "faults injected",
     "test_reliability_filesystem": "faults injected",
     "test_reliability_download": "faults injected",
