@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-fast demo bench lint clean
+.PHONY: install test test-fast demo bench lint clean gpu-wheels gpu-install gpu-test
 
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c)
 	$(PYTHON) -m venv $(VENV)
@@ -31,7 +31,28 @@ bench: $(STAMP)
 	$(VENV)/bin/speechlens bench --out docs/bench $(BENCH_ARGS)
 
 lint: $(STAMP)
-	$(VENV)/bin/ruff check speechlens_cli tests fixtures
+	$(VENV)/bin/ruff check speechlens_cli tests fixtures tools
+
+# The whole suite on an offline Linux NVIDIA host (Python 3.12, CUDA 13, gcc and g++), from wheels
+# (tools/gpu_suite.py says how). gpu-wheels, where a package index is: the host's wheels into
+# $(WHEELS)/part1, part2, ... (60 MB each at most). gpu-test, on the host: joins them, makes
+# $(GPU_VENV) and installs from them (no index; once), then runs PART of the suite (1 to 4, each
+# meant to fit in the host's 10 minutes a command; all), writing JUnit XML and logs to
+# $(GPU_RESULTS); PYTEST_ARGS passes more pytest options (-k, -x).
+WHEELS      ?= .wheels
+GPU_VENV    ?= .gpu-venv
+GPU_RESULTS ?= .gpu-results
+PART        ?= all
+PYTEST_ARGS ?=
+
+gpu-wheels:
+	$(PYTHON) tools/gpu_suite.py wheels --dest $(WHEELS)
+
+gpu-install:
+	$(PYTHON) tools/gpu_suite.py install --wheels $(WHEELS) --venv $(GPU_VENV)
+
+gpu-test: gpu-install
+	$(PYTHON) tools/gpu_suite.py test --venv $(GPU_VENV) --results $(GPU_RESULTS) $(PART) -- $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info fixtures/generated demo

@@ -4,7 +4,8 @@ OpenBLAS splits a product across its threads at boundaries that depend on the th
 on AMD Zen (OpenBLAS's Haswell kernels) rows on either side of a boundary round differently, so
 1 and 2 threads gave different bytes there. The shim runs the BLAS single-threaded over row
 blocks fixed by the shape; these tests run the same products under several thread counts, each
-in a fresh process (the count is read when the BLAS is loaded, before MLX).
+in a fresh process (the count is read when the BLAS is loaded, before MLX), on MLX's CPU device
+on any machine.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import json, sys
 import numpy as np
 from speechlens_cli import blas
 import mlx.core as mx
+mx.set_default_device(mx.cpu)  # the BLAS is the CPU backend's (a GPU does its own matmuls)
 shapes, folder = json.loads(sys.argv[1]), sys.argv[2]
 for i, (m, k, n, trans_b) in enumerate(shapes):
     rng = np.random.default_rng(i)

@@ -1,7 +1,8 @@
 """The conv1d / selective-scan kernels behind speechlens_cli.kernels, on whatever backend runs here.
 
 On Linux CI that is the CPU library (kernels/cpu_kernels.cpp); on an NVIDIA host with
-mlx[cuda13] the same tests exercise the CUDA kernels, and on Apple Silicon the Metal ones.
+mlx[cuda13] the same tests exercise the CUDA kernels, and on Apple Silicon the Metal ones. The
+CPU library's own tests (needs_cpu_library) run on MLX's CPU device on any machine.
 Tolerances: conv vs mx.conv1d fallback max abs diff <= 1e-5; scan vs float64 reference relative
 RMS error <= 1e-5 (both modes); polynomial exp max relative error <= 3.8e-6 on [-86, 0]; the
 CPU's standard-mode decay 2^x max relative error <= 2e-7 on [-126, 0].
@@ -34,9 +35,14 @@ from speechlens_cli.kernels import (
 ATOL_CONV = 1e-5
 RTOL_SCAN = 1e-5
 BACKEND = kernels.backend()
-needs_cpu_library = pytest.mark.skipif(
-    BACKEND != "cpu" or kernels.cpu_library() is None,
-    reason="tests the CPU kernel library (the default device is not the CPU here)")
+
+
+def needs_cpu_library(test):
+    """A test of the CPU kernel library: on MLX's CPU device (the on_cpu fixture), so it runs on
+    a GPU host too; skipped only where no library could be built (no C++ compiler)."""
+    test = pytest.mark.usefixtures("on_cpu")(test)
+    return pytest.mark.skipif(kernels.cpu_library() is None,
+                              reason="no CPU kernel library here (no C++ compiler)")(test)
 
 
 @pytest.fixture(autouse=True)
@@ -342,13 +348,12 @@ def _bimamba_reference(x_in, z_in, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_
 @pytest.mark.parametrize("strict", [False, True])
 @pytest.mark.parametrize("batch,length,channels,rank", [(2, 1, 8, 1), (3, 37, 17, 1),
                                                         (2, 50, 64, 4)])
-def test_both_directions_match_float64(monkeypatch, composed, strict, batch, length, channels,
-                                       rank):
+def test_both_directions_match_float64(monkeypatch, request, composed, strict, batch, length,
+                                       channels, rank):
     """bimamba_conv / bimamba_scan: the backend's one-call path (on the CPU, the library through
     time-reversed views) and the per-direction composition used where there is none."""
-    if composed and BACKEND != "cpu":
-        pytest.skip("the per-direction composition is forced through the CPU's dispatch")
-    if composed:  # no CPU library: each direction through the MLX-op fallbacks
+    if composed:  # no CPU library: each direction through the MLX-op fallbacks, on the CPU
+        request.getfixturevalue("on_cpu")
         monkeypatch.setattr(dispatch, "cpu_library", lambda: None)
     arrays = _bimamba_inputs(np.random.default_rng(length + rank), batch, length, channels,
                              rank)

@@ -96,6 +96,7 @@ _CHILD = textwrap.dedent("""
     from speechlens_cli.audio import OutputFormat
     from speechlens_cli.pipeline import Geometry, enhance_stream
     ckpt, source, folder = sys.argv[1:4]
+    api.select_device("cpu")   # the settings are the CPU backend's: a GPU uses neither
     model = checkpoint.load_model(ckpt)
     report = {"blas": blas.loaded}
     for strict in (False, True):
@@ -119,7 +120,8 @@ SETTINGS = {
 @cases(len(SETTINGS))
 def test_settings_across_processes(tmp_path, tiny_checkpoint):
     """8,000 samples in 0.5-s windows (3 windows, 2 cross-fades), standard and strict, in five
-    fresh processes. Byte-identical: the same settings twice, and one thread instead of all.
+    fresh processes, on MLX's CPU device on any machine (the BLAS and the CPU threads are the
+    CPU backend's). Byte-identical: the same settings twice, and one thread instead of all.
     Different, within float32 rounding: the reference BLAS (when an optimized one is loaded by
     default) and the conv fallback."""
     source = tmp_path / "in.wav"

@@ -12,9 +12,9 @@ symlink) is refused and an unwritable folder (/sys) fails before the model runs.
 from __future__ import annotations
 
 import errno
-import io
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -26,7 +26,6 @@ import pytest
 import soundfile as sf
 
 from speechlens_cli import api
-from speechlens_cli.errors import OutputError
 from tests.reliability import (
     CHILD,
     REPO,
@@ -630,35 +629,58 @@ def test_every_output_container_is_written_whole_or_refused(tmp_path, tiny_check
     assert len(written) == frames and abs(written).max() > 0
 
 
-class _Trickle(io.RawIOBase):
-    """A raw stream that takes at most `most` bytes per write, as a nearly full disk or a busy
-    pipe does for stdout under PYTHONUNBUFFERED=1 (the count is in write's return value)."""
+_SHORT_WRITES = textwrap.dedent("""
+    # The copy to stdout, in a child process: a copy that fails points the process's stdout at
+    # /dev/null (audio.detach_stdout), which in the test process would be the test runner's own
+    # (its output capture broke, and every later test errored).
+    import io, json, sys
+    from pathlib import Path
+    from speechlens_cli.audio import copy_to_stream
+    from speechlens_cli.errors import OutputError
 
-    def __init__(self, most: int):
-        self.most, self.taken = most, bytearray()
+    class Trickle(io.RawIOBase):
+        # Takes at most `most` bytes per write, as a nearly full disk or a busy pipe does for
+        # stdout under PYTHONUNBUFFERED=1 (the count is in write's return value).
+        def __init__(self, most):
+            self.most, self.taken = most, bytearray()
 
-    def writable(self) -> bool:
-        return True
+        def writable(self):
+            return True
 
-    def write(self, data) -> int:
-        piece = bytes(data[:self.most])
-        self.taken += piece
-        return len(piece)
+        def write(self, data):
+            piece = bytes(data[:self.most])
+            self.taken += piece
+            return len(piece)
+
+    source, delivered, report = map(Path, sys.argv[1:4])
+    trickle = Trickle(1000)
+    copy_to_stream(source, trickle)
+    delivered.write_bytes(bytes(trickle.taken))
+    try:
+        copy_to_stream(source, Trickle(0))
+        error = None
+    except OutputError as failure:
+        error = str(failure)
+    report.write_text(json.dumps({"error": error}))
+""")
 
 
 @cases(2)
 def test_short_writes_to_stdout_deliver_every_byte_or_fail(tmp_path):
     """The audio copied to a stream that takes 1,000 bytes per call arrives whole (the copy
     used to drop the rest of each block and report success); a stream that takes nothing is a
-    write failure, never exit 0."""
-    from speechlens_cli.audio import copy_to_stream
-
+    write failure (OutputError), never a success. In a child process: the failure detaches the
+    process's stdout."""
     src = make_audio(tmp_path / "in.wav", 16_000)
-    trickle = _Trickle(1000)
-    copy_to_stream(src, trickle)
-    assert bytes(trickle.taken) == src.read_bytes()
-    with pytest.raises(OutputError, match=r"<stdout>: write failed \(the stream accepted no"):
-        copy_to_stream(src, _Trickle(0))
+    delivered, report = tmp_path / "delivered.bin", tmp_path / "report.json"
+    done = subprocess.run([sys.executable, "-c", _SHORT_WRITES, str(src), str(delivered),
+                           str(report)], capture_output=True, text=True, cwd=REPO, timeout=120,
+                          check=False)
+    assert done.returncode == 0, done.stderr
+    assert delivered.read_bytes() == src.read_bytes()
+    error = json.loads(report.read_text())["error"]
+    assert error is not None and re.search(r"<stdout>: write failed \(the stream accepted no",
+                                           error), error
 
 
 def test_json_report_to_a_full_device_finishes_the_batch(tmp_path, tiny_checkpoint):

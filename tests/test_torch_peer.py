@@ -14,7 +14,9 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+torch = pytest.importorskip(
+    "torch", reason="no torch here: it is the `bench` extra's (speechlens[bench]), which neither "
+    "CI nor the GPU suite's environment (tools/gpu_suite.py) installs")
 
 import reference as ref  # noqa: E402
 
