@@ -279,3 +279,34 @@ def test_an_unwritable_cache_still_gives_the_kernel(fake_nvrtc, tmp_path, monkey
 def test_no_nvrtc_means_mlx_compiles(monkeypatch):
     monkeypatch.setattr(nvrtc, "nvrtc", lambda: None)
     assert nvrtc.cached_cubin("source", "k") is None
+
+
+@pytest.mark.parametrize("sample_rate", [8000, 44100])
+def test_the_conv_variants_of_a_corpus_do_not_grow_with_its_lengths(tiny_checkpoint, monkeypatch,
+                                                                    sample_rate):
+    """A corpus of many file lengths must not compile a CUDA conv kernel per length: the
+    variants the model asks cuda_conv2d for (recorded here, on the CPU, in place of compiling
+    them; the matmul path then computes) are those of the first length, whatever the lengths
+    after it. The decoders' time upsampling ran on the time/frequency-swapped plane, whose width
+    (a quarter of the frames) made a new variant for every length; so did the plain path and
+    the long-window tiles."""
+    import mlx.core as mx
+
+    from speechlens_cli import checkpoint
+    from speechlens_cli.model import long_windows
+
+    model = checkpoint.load_model(tiny_checkpoint)
+    asked = set()
+    monkeypatch.setattr(cuda_conv2d, "_kernel", lambda *key: asked.add(key))
+    monkeypatch.setattr(kernels, "conv2d", cuda_conv2d.conv2d)
+    counts = {}
+    for tiled in (False, True):
+        if tiled:  # the long-window path (every window long, small tiles): its own variants
+            monkeypatch.setattr(long_windows, "LONG_PLANE_BYTES", {"cpu": 0, "gpu": 0})
+            monkeypatch.setattr(long_windows, "TILE_PLANE_BYTES", 2**16)
+        for seconds in (0.5, 0.61, 0.8, 1.1):
+            x = np.random.default_rng(0).standard_normal(int(sample_rate * seconds))
+            mx.eval(model.enhance(mx.array(x.astype(np.float32))[None], sample_rate))
+            counts.setdefault(tiled, []).append(len(asked))
+    for plain_or_tiled in counts.values():
+        assert plain_or_tiled == [plain_or_tiled[0]] * 4, counts

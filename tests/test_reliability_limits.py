@@ -1,1 +1,2 @@
-"""Reliability, memory limits, launcher variables and settings from the environment (docs/reliability.md)."""
+"""Reliability: memory limits, launcher variables, settings from the environment
+(docs/reliability.md)."""

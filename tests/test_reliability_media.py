@@ -1,1 +1,2 @@
-"""Reliability, media and encodings written and read back, and media on stdin (docs/reliability.md)."""
+"""Reliability: media and encodings written and read back, media on stdin
+(docs/reliability.md)."""

@@ -1,1 +1,2 @@
-"""Reliability, command-line options, names and environment values that used to raise a traceback (docs/reliability.md)."""
+"""Reliability: command-line options, names and environment values that used to raise a
+traceback (docs/reliability.md)."""

@@ -34,10 +34,6 @@ class DenseEncoder(nn.Module):
         return run_sequence(self.dense_conv_2, x)
 
 
-def _swap_time_freq(x: mx.array) -> mx.array:
-    return x.transpose(0, 2, 1, 3)
-
-
 class _Decoder(nn.Module):
     """Dense block, then upsample frequency x2 and time x4 with sub-pixel convs."""
 
@@ -55,7 +51,7 @@ class _Decoder(nn.Module):
         batch, frames, bins, channels = x.shape
         if is_long((batch, frames * sub_pixel.ratio, bins), channels):
             return decode_last_stage(sub_pixel, norm, act, self.head, x)
-        return self.head(_swap_time_freq(run_sequence(self.up_conv2, _swap_time_freq(x))))
+        return self.head(norm([sub_pixel.along_height(x)], act=act)[0])
 
     def head(self, x: mx.array) -> mx.array:
         """The full-resolution plane [B, T, F, C] -> the decoder's output [B, T, F]

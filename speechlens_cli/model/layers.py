@@ -105,17 +105,16 @@ class Conv2d(nn.Conv2d):
         """The conv of the channel concatenation of `planes` without building it, where the
         backend has such a kernel (the CPU library, CUDA in full float32); None elsewhere.
         `padding` replaces the conv's own (of_rows)."""
-        if _pair(self.stride) != (1, 1) or _cudnn_convs():
-            return None
-        return kernels.conv2d(planes, self.weight, self.get("bias"),
-                              _pair(self.padding) if padding is None else padding,
-                              _pair(self.dilation))
+        return _direct(planes, self.weight, self.get("bias"), _pair(self.stride),
+                       _pair(self.padding) if padding is None else padding,
+                       _pair(self.dilation))
 
     def of_padded(self, planes: list[mx.array]) -> mx.array:
         """The stride-1 conv, without padding, of the channel concatenation of `planes`, each
         padded already."""
         if _cudnn_convs():
-            return self._cudnn(mx.concatenate(planes, axis=-1), 1, 0)
+            return _cudnn_conv(mx.concatenate(planes, axis=-1), self.weight, self.get("bias"),
+                               1, 0, self.dilation)
         return conv2d_of_padded(planes, self.weight, self.get("bias"), self.dilation)
 
     def of_rows(self, planes: list[mx.array]) -> mx.array:
@@ -126,20 +125,51 @@ class Conv2d(nn.Conv2d):
     def __call__(self, x: mx.array) -> mx.array:
         return self._padded([x], _pair(self.padding))
 
-    def _padded(self, planes: list[mx.array], padding: tuple[int, int]) -> mx.array:
-        """The conv with `padding` by the best path here: direct, cuDNN, or the matmuls."""
-        y = self.direct(planes, padding)
-        if y is not None:
-            return y
-        x = planes[0] if len(planes) == 1 else mx.concatenate(planes, axis=-1)
-        if _cudnn_convs():
-            return self._cudnn(x, self.stride, padding)
-        return conv2d_as_matmuls(x, self.weight, self.get("bias"), self.stride, padding,
-                                 self.dilation)
+    def along_height(self, x: mx.array, pad_height: int | None = None) -> mx.array:
+        """This (1, k) conv run along the height of x [B, H, W, C] instead of its width: the
+        same taps in the same order (a kernel [O, 1, k, I] is [O, k, 1, I] in memory), with
+        the width's padding and dilation. `pad_height` replaces that padding (rows that carry
+        their context already)."""
+        out_channels, kh, kw, in_channels = self.weight.shape
+        if kh != 1 or _pair(self.stride) != (1, 1):
+            raise ValueError("along_height turns a stride-1 (1, k) conv")
+        pad = _pair(self.padding)[1] if pad_height is None else pad_height
+        turned = self.weight.reshape(out_channels, kw, 1, in_channels)
+        return _convolve([x], turned, self.get("bias"), (1, 1), (pad, 0),
+                         (_pair(self.dilation)[1], 1))
 
-    def _cudnn(self, x: mx.array, stride, padding) -> mx.array:
-        y = mx.conv2d(x, self.weight, stride, padding, self.dilation)
-        return y + self.bias if "bias" in self else y
+    def _padded(self, planes: list[mx.array], padding: tuple[int, int]) -> mx.array:
+        return _convolve(planes, self.weight, self.get("bias"), _pair(self.stride), padding,
+                         _pair(self.dilation))
+
+
+def _direct(planes: list[mx.array], weight: mx.array, bias: mx.array | None,
+            stride: tuple[int, int], padding: tuple[int, int],
+            dilation: tuple[int, int]) -> mx.array | None:
+    """The stride-1 conv straight from `planes` where the backend has such a kernel."""
+    if stride != (1, 1) or _cudnn_convs():
+        return None
+    return kernels.conv2d(planes, weight, bias, padding, dilation)
+
+
+def _convolve(planes: list[mx.array], weight: mx.array, bias: mx.array | None,
+              stride: tuple[int, int], padding: tuple[int, int],
+              dilation: tuple[int, int]) -> mx.array:
+    """The conv of the channel concatenation of `planes` by the best path here: direct,
+    cuDNN, or the matmuls."""
+    y = _direct(planes, weight, bias, stride, padding, dilation)
+    if y is not None:
+        return y
+    x = planes[0] if len(planes) == 1 else mx.concatenate(planes, axis=-1)
+    if _cudnn_convs():
+        return _cudnn_conv(x, weight, bias, stride, padding, dilation)
+    return conv2d_as_matmuls(x, weight, bias, stride, padding, dilation)
+
+
+def _cudnn_conv(x: mx.array, weight: mx.array, bias: mx.array | None, stride, padding,
+                dilation) -> mx.array:
+    y = mx.conv2d(x, weight, stride, padding, dilation)
+    return y if bias is None else y + bias
 
 
 def _cudnn_convs() -> bool:
@@ -348,7 +378,8 @@ class DenseBlock(nn.Module):
 
 
 class SubPixelConv(nn.Module):
-    """SPConvTranspose2d: a (1,3) conv to r*C channels, then a sub-pixel shuffle along width."""
+    """SPConvTranspose2d: a (1,3) conv to r*C channels, then a sub-pixel shuffle along width
+    (or, `along_height`, the same upsampling along the height)."""
 
     def __init__(self, channels: int, ratio: int):
         super().__init__()
@@ -359,3 +390,20 @@ class SubPixelConv(nn.Module):
         batch, height, width, channels = x.shape
         y = self.conv(x)  # output channel k = rho * C + c lands at width index w * r + rho
         return y.reshape(batch, height, width * self.ratio, channels)
+
+    @property
+    def context(self) -> int:
+        """Rows of context `along_height` reads on each side of an output row."""
+        return self.conv.weight.shape[2] // 2 * _pair(self.conv.dilation)[1]
+
+    def along_height(self, x: mx.array, pad_height: int | None = None) -> mx.array:
+        """The upsampling of the transposed plane, in x's own layout: x [B, H, W, C] ->
+        [B, r H, W, C], equal to swap(self(swap(x))) with swap the H/W transpose. The decoders
+        upsample time so ([B, T, F, C]): no transposes, and the conv's plane width stays the
+        frequency bins (which the rate fixes), so CUDA builds no kernel per file length.
+        `pad_height` as Conv2d.along_height's (rows with their context: H shrinks by 2)."""
+        y = self.conv.along_height(x, pad_height)
+        batch, height, width, _ = y.shape
+        # output channel k = rho * C + c lands at height index h * r + rho
+        y = y.reshape(batch, height, width, self.ratio, -1).transpose(0, 1, 3, 2, 4)
+        return y.reshape(batch, height * self.ratio, width, -1)

@@ -12,9 +12,8 @@ been seen. Here nothing full-resolution is kept: the window is cut into time til
   the input for each tile (a layer's time context comes from its neighbours' rows, which the
   tile computes too);
 * the last pass makes the encoder's output, a quarter of the frames and half the bins, tile by
-  tile; the decoders' last stage has no time context (its conv runs along time within each
-  frequency row), so its tiles are frequency rows and it is computed twice (statistics, then
-  output).
+  tile; the decoders' last stage (a conv along time with one frame of context, then 1x1 heads)
+  runs in time tiles too, computed twice (statistics, then output).
 
 That costs the encoder about three times its compute (the dense block's layers are recomputed in
 every later pass), so the model takes this path only where the full-resolution plane is larger
@@ -26,7 +25,7 @@ from __future__ import annotations
 import mlx.core as mx
 
 from .layers import InstanceNorm, PlaneStats, PReLU, SubPixelConv
-from .scheduling import in_turn, joined, plane_rows
+from .scheduling import in_turn, joined, plane_rows, rows_with_halo
 
 #: A window whose full-resolution 64-channel plane is larger than this runs in tiles, by device:
 #: on a GPU 30 s at 44.1 or 48 kHz (1.5 GB planes; 5-s windows, 247 MB at 48 kHz, never do);
@@ -134,19 +133,18 @@ class TiledEncoder:
 
 def decode_last_stage(sub_pixel: SubPixelConv, norm: InstanceNorm, act: PReLU, head,
                       x: mx.array) -> mx.array:
-    """head(swap(act(norm(sub_pixel(swap(x)))))), swap the time/frequency transpose: the
-    decoders' last upsampling (in time) and their 1x1 heads, in tiles of frequency rows (the
-    conv runs along time within a row), the sub-pixel conv computed once for the statistics
-    and once for the output. x [B, T', F, C] -> head's [B, ratio T', F]."""
-    swapped = x.transpose(0, 2, 1, 3)
-    batch, rows, frames, channels = swapped.shape
+    """head(act(norm(sub_pixel.along_height(x)))): the decoders' last upsampling (in time) and
+    their 1x1 heads in time tiles, each read with its rows of context, the sub-pixel conv
+    computed once for the statistics and once for the output. x [B, T', F, C] -> head's
+    [B, ratio T', F]."""
+    batch, frames, bins, channels = x.shape
 
     def upsampled(start: int, end: int) -> mx.array:
-        return sub_pixel(mx.contiguous(swapped[:, start:end]))
+        return sub_pixel.along_height(rows_with_halo(x, start, end, sub_pixel.context),
+                                      pad_height=0)
 
-    spans = _spans(rows, 4 * batch * frames * sub_pixel.ratio * channels)
+    spans = _spans(frames, 4 * batch * bins * sub_pixel.ratio * channels)
     stats = PlaneStats()
     _evaluate_in_turn(stats.add(upsampled(s, e)) for s, e in spans)
-    return joined(list(in_turn(
-        head(norm.normalise_with(upsampled(s, e), stats, act).transpose(0, 2, 1, 3))
-        for s, e in spans)), axis=2)
+    return joined(list(in_turn(head(norm.normalise_with(upsampled(s, e), stats, act))
+                               for s, e in spans)), axis=1)
