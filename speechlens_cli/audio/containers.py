@@ -20,12 +20,16 @@ class Codec:
 class MediaContainer:
     """A container by the name speechlens shows (M4A), FFmpeg's muxer for it, and the audio codecs
     it can be written with, in order of preference: the lossless one first where there is one,
-    then the one players expect."""
+    then the one players expect. `edit_lists`: it records a track's length in an edit list, in
+    the movie's timescale (FFmpeg's mov muxers). `unrecorded`: the codecs whose length it does
+    not record, which decode to whole codec frames (AAC in Matroska)."""
 
     name: str
     muxer: str
     suffixes: tuple[str, ...]
     codecs: tuple[str, ...]
+    edit_lists: bool = False
+    unrecorded: tuple[str, ...] = ()
 
 
 CODECS = {codec.name: codec for codec in (
@@ -38,12 +42,14 @@ CODECS = {codec.name: codec for codec in (
 )}
 
 CONTAINERS = {container.name: container for container in (
-    MediaContainer("M4A", "ipod", (".m4a", ".m4b"), ("ALAC", "AAC")),
-    MediaContainer("MP4", "mp4", (".mp4", ".m4v"), ("ALAC", "FLAC", "AAC", "OPUS", "MP3")),
-    MediaContainer("MOV", "mov", (".mov", ".qt"), ("ALAC", "AAC")),
-    MediaContainer("3GP", "3gp", (".3gp",), ("AAC",)),
+    MediaContainer("M4A", "ipod", (".m4a", ".m4b"), ("ALAC", "AAC"), edit_lists=True),
+    MediaContainer("MP4", "mp4", (".mp4", ".m4v"), ("ALAC", "FLAC", "AAC", "OPUS", "MP3"),
+                   edit_lists=True),
+    MediaContainer("MOV", "mov", (".mov", ".qt"), ("ALAC", "AAC"), edit_lists=True),
+    MediaContainer("3GP", "3gp", (".3gp",), ("AAC",), edit_lists=True),
     MediaContainer("WEBM", "webm", (".webm",), ("OPUS",)),
-    MediaContainer("MKV", "matroska", (".mkv", ".mka"), ("FLAC", "ALAC", "OPUS", "AAC", "MP3")),
+    MediaContainer("MKV", "matroska", (".mkv", ".mka"), ("FLAC", "ALAC", "OPUS", "AAC", "MP3"),
+                   unrecorded=("AAC",)),
     MediaContainer("MP3", "mp3", (".mp3",), ("MP3",)),
 )}
 
@@ -56,6 +62,20 @@ DEMUXERS = ",".join(_DEMUXED_AS)
 #: Bits per second and channel for a lossy encoding when the input's own rate is not kept (a WAV
 #: into .m4a, say): transparent for speech with AAC, Opus and MP3.
 LOSSY_BIT_RATE_PER_CHANNEL = 96_000
+
+
+#: The rate Opus always decodes at, whatever rate it was encoded from.
+OPUS_RATE = 48_000
+
+
+def muxer_options(container: MediaContainer, codec: str, sample_rate: int) -> dict[str, str]:
+    """What FFmpeg's muxer is opened with. The mov muxers' edit lists count in the movie's
+    timescale, 1/1000 s unless one is given: a length that is no whole number of milliseconds
+    came back short (1001 frames at 22.05 kHz as 992). The speech track's own rate records it
+    exactly (Opus's: 48 kHz, the rate it decodes at)."""
+    if not container.edit_lists:
+        return {}
+    return {"movie_timescale": str(OPUS_RATE if codec == "OPUS" else sample_rate)}
 
 
 def container_for_suffix(suffix: str) -> MediaContainer | None:

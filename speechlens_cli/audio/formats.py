@@ -6,6 +6,8 @@ input's where the container can hold it; otherwise the nearest lossless one the 
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import io
 import os
 from dataclasses import dataclass
@@ -16,7 +18,13 @@ import soundfile as sf
 
 from ..errors import OutputError, UsageError
 from . import libsndfile
-from .containers import CODECS, CONTAINERS, LOSSY_BIT_RATE_PER_CHANNEL, container_for_suffix
+from .containers import (
+    CODECS,
+    CONTAINERS,
+    LOSSY_BIT_RATE_PER_CHANNEL,
+    container_for_suffix,
+    muxer_options,
+)
 from .info import AudioInfo
 from .libsndfile import native_stderr_silenced
 
@@ -36,17 +44,35 @@ _LADDER = ("DOUBLE", "FLOAT", "PCM_32", "PCM_24", "PCM_16", "PCM_S8", "PCM_U8")
 #: lossy ones decode to floating point.
 _ON_LADDER = {"ALAC_16": "PCM_16", "ALAC_20": "PCM_24", "ALAC_24": "PCM_24",
               "ALAC_32": "PCM_32", "ALAC": "PCM_24", "FLAC": "PCM_24"}
+#: Frames the encoding probe writes, rounded up to whole blocks: libsndfile's containers that
+#: pack samples into packets read nothing back from less than one (SDS: 60 frames, PAF 24-bit:
+#: 10), and every output is longer than this minimum's order (one STFT frame: 320 and up).
+_PROBE_FRAMES = 1024
+#: A container and encoding is listed by `speechlens formats` when it is written at one of these
+#: rates and channel counts (each is still probed for the input's own).
+_LISTED_SHAPES = ((8000, 1), (16000, 1), (44100, 1), (48000, 1), (22050, 1), (11025, 1),
+                  (32000, 1), (96000, 1), (44100, 2))
+#: The sample type a file is read back as, by subtype: its own where soundfile has it, so
+#: decoding is a copy (a float WAV read back as int16 took 2.5 ms per 5 s at 44.1 kHz, as float32
+#: 0.3 ms; AMD EPYC); int16 for the rest, whose decoders convert anyway.
+_READ_BACK_DTYPE = {"FLOAT": "float32", "DOUBLE": "float64", "PCM_32": "int32",
+                    "PCM_24": "int32"}
+#: Frames per read when a file is read back to count what decodes.
+_COUNT_BLOCK = 1 << 16
 
 
 @dataclass(frozen=True)
 class OutputFormat:
     """`subtype` is libsndfile's encoding (PCM_24), or the codec (AAC) in a media container;
-    `bit_rate` is a lossy codec's; `note` says in one line what was not kept as asked."""
+    `bit_rate` is a lossy codec's; `note` says in one line what was not kept as asked. `block`:
+    the frames one block of the encoding holds (IMA ADPCM in WAV: 505 at 8 kHz), of which a file
+    holds a whole number: the output is padded with silence to the next one."""
 
     format: str
     subtype: str
     bit_rate: int | None = None
     note: str | None = None
+    block: int = 1
 
     @property
     def is_integer(self) -> bool:
@@ -99,7 +125,9 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
         if not _can_write(fmt, subtype, info):
             raise UsageError(f"subtype {subtype} cannot be written in a {fmt} file"
                              + _shape_note(fmt, subtype, info) + f"; {_valid_list(fmt, info)}")
-        return OutputFormat(fmt, subtype, _bit_rate(subtype, info))
+        block = _block_of(fmt, subtype, info)
+        return OutputFormat(fmt, subtype, _bit_rate(subtype, info),
+                            _padding_note(subtype, block, info), block)
     kept = _can_write(fmt, info.subtype, info)
     chosen = info.subtype if kept else _nearest(fmt, info)
     if chosen is None:
@@ -112,7 +140,26 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
                      f"(standard output carries {fmt})")
     if not kept:
         notes.append(f"{info.subtype} cannot be written in a {fmt} file: {chosen} instead")
-    return OutputFormat(fmt, chosen, _bit_rate(chosen, info), "; ".join(notes) or None)
+    block = _block_of(fmt, chosen, info)
+    notes.append(_padding_note(chosen, block, info))
+    return OutputFormat(fmt, chosen, _bit_rate(chosen, info),
+                        "; ".join(n for n in notes if n) or None, block)
+
+
+def _block_of(fmt: str, subtype: str, info: AudioInfo) -> int:
+    """A media codec's frames are the muxer's to trim (edit lists, encoder headers): 1."""
+    return 1 if fmt in CONTAINERS else block_frames(fmt, subtype, info.sample_rate,
+                                                     info.channels)
+
+
+def _padding_note(subtype: str, block: int, info: AudioInfo) -> str | None:
+    """Where the input's length is not a whole number of the encoding's blocks, says how much
+    silence ends the output."""
+    padding = -info.frames % block
+    if not padding:
+        return None
+    return (f"{subtype} stores whole blocks of {block} frames: {padding} frame(s) of silence end "
+            "the output")
 
 
 def _named_container(info: AudioInfo, destination, source) -> str:
@@ -153,11 +200,14 @@ def _bit_rate(subtype: str, info: AudioInfo) -> int | None:
 
 
 def container_subtypes(fmt: str) -> list[str]:
-    """The encodings a container holds, at some rate and channel count."""
+    """The encodings a container holds, at some rate and channel count: libsndfile's where a file
+    of them reads back exactly at one of _LISTED_SHAPES (libsndfile names some it cannot write,
+    MPEG_LAYER_III in WAV, or not read back, DWVW and VOX_ADPCM)."""
     if fmt in CONTAINERS:
         from .pyav import encoders
         return [c for c in CONTAINERS[fmt].codecs if CODECS[c].encoder in encoders()]
-    return [s for s in sf.available_subtypes(fmt) if sf.check_format(fmt, s)]
+    return [s for s in sf.available_subtypes(fmt) if sf.check_format(fmt, s)
+            and any(block_frames(fmt, s, rate, channels) for rate, channels in _LISTED_SHAPES)]
 
 
 def writable_subtypes(fmt: str, info: AudioInfo) -> list[str]:
@@ -177,32 +227,81 @@ def _valid_list(fmt: str, info: AudioInfo) -> str:
 
 
 def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
-    """PyAV's containers: the codec's encoder takes this rate and layout. libsndfile's: one
-    frame written to memory and read back with its rate and channel count: some containers take
-    any rate and keep another (XI: 44.1 kHz; WVE: 8 kHz; HTK rounds 48 kHz)."""
+    """PyAV's containers: FFmpeg writes a track of that codec at this rate and layout
+    (_media_refusal). libsndfile's: a file of that encoding reads back exactly (block_frames)."""
     if fmt in CONTAINERS:
-        from . import pyav
-        codec = CODECS.get(subtype)
-        return (subtype in CONTAINERS[fmt].codecs and codec is not None
-                and codec.encoder is not None
-                and pyav.can_encode(codec.encoder, info.sample_rate,
-                                    info.media.layout if info.media
-                                    else pyav.layout_for(info.channels)))
+        return _media_refusal(fmt, subtype, info) is None
+    return block_frames(fmt, subtype, info.sample_rate, info.channels) is not None
+
+
+def _media_refusal(fmt: str, subtype: str, info: AudioInfo) -> str | None:
+    """Why a `fmt` media file cannot hold the speech track in `subtype`, or None where it can."""
+    container, codec = CONTAINERS[fmt], CODECS.get(subtype)
+    if subtype not in container.codecs or codec is None or codec.encoder is None:
+        return "not a codec it holds"
+    from . import pyav
+    layout = info.media.layout if info.media else pyav.layout_for(info.channels)
+    options = muxer_options(container, subtype, info.sample_rate)
+    return pyav.cannot_write(container.muxer, codec.encoder, info.sample_rate, layout,
+                             tuple(options.items()))
+
+
+@functools.cache
+def block_frames(fmt: str, subtype: str, sample_rate: int, channels: int) -> int | None:
+    """The frames one block of `subtype` holds in a `fmt` file at this rate and channel count
+    (1: any length is stored as it is), or None where such a file cannot be written exactly.
+
+    Probed in memory: a file of one frame holds one block (IMA ADPCM in WAV holds 505 frames at
+    8 kHz, 8-bit AIFF mono 2); one of whole blocks must read back with its rate, its channel
+    count and exactly its frames, every one decoding. Some containers take any rate and keep
+    another (XI: 44.1 kHz; WVE: 8 kHz; HTK rounds 48 kHz); VOC adds a frame to 8-bit mono, and
+    soundfile cannot read DWVW back (libsndfile seeks after each read, which DWVW refuses)."""
     if subtype not in sf.available_subtypes() or not sf.check_format(fmt, subtype):
-        return False
-    memory = io.BytesIO()
+        return None
+    output = OutputFormat(fmt, subtype)
     try:
         with native_stderr_silenced():
-            with sf.SoundFile(memory, "w", info.sample_rate, info.channels, subtype,
-                              format=fmt) as probe:
-                probe.write(np.zeros((1, info.channels), np.float32))
-            memory.seek(0)
-            output = OutputFormat(fmt, subtype)
-            with sf.SoundFile(memory, **read_back_params(output, info.sample_rate,
-                                                         info.channels)) as back:
-                return (back.samplerate, back.channels) == (info.sample_rate, info.channels)
-    except (*libsndfile.ERRORS, ValueError, TypeError, RuntimeError):
-        return False
+            block, _ = _read_back(output, sample_rate, channels, 1)
+            if block < 1:
+                return None
+            whole = block * -(-_PROBE_FRAMES // block)
+            return block if _read_back(output, sample_rate, channels, whole) == (whole, whole) \
+                else None
+    except (*libsndfile.ERRORS, ValueError, TypeError, AssertionError):
+        # soundfile asserts that a write took every frame: VOX_ADPCM writes only pairs
+        return None
+
+
+def _read_back(output: OutputFormat, sample_rate: int, channels: int,
+               frames: int) -> tuple[int, int]:
+    """(frames its header counts, frames that decode) of a file of `frames` silent frames
+    written to memory; (-1, -1) when its rate or channel count changed."""
+    memory = io.BytesIO()
+    with sf.SoundFile(memory, "w", sample_rate, channels, output.subtype,
+                      format=output.format) as probe:
+        probe.write(np.zeros((frames, channels), np.float32))
+    memory.seek(0)
+    with sf.SoundFile(memory, **read_back_params(output, sample_rate, channels)) as back:
+        if (back.samplerate, back.channels) != (sample_rate, channels):
+            return -1, -1
+        return back.frames, count_decoded(back, back.frames)
+
+
+def count_decoded(handle: sf.SoundFile, limit: int) -> int:
+    """The frames `handle` decodes from where it is, up to `limit`, read in blocks of its own
+    sample type (all that is needed is a count). On a file libsndfile cannot seek in (GSM 6.10,
+    G.72x), soundfile asserts that a read got every frame it asked for: one that did not is
+    where the decodable frames end."""
+    dtype = _READ_BACK_DTYPE.get(handle.subtype, "int16")
+    width = np.dtype(dtype).itemsize * handle.channels
+    got = 0
+    with contextlib.suppress(AssertionError):
+        while got < limit:
+            block = handle.buffer_read(min(_COUNT_BLOCK, limit - got), dtype=dtype)
+            if not len(block):
+                break
+            got += len(block) // width
+    return got
 
 
 def read_back_params(output: OutputFormat, sample_rate: int, channels: int) -> dict:
@@ -215,10 +314,12 @@ def read_back_params(output: OutputFormat, sample_rate: int, channels: int) -> d
 
 
 def _shape_note(fmt: str, subtype: str, info: AudioInfo) -> str:
-    """A valid pair refused for this rate or channel count says so."""
-    valid = (subtype in CONTAINERS[fmt].codecs if fmt in CONTAINERS
-             else subtype in sf.available_subtypes() and sf.check_format(fmt, subtype))
-    return f" at {info.sample_rate} Hz with {info.channels} channel(s)" if valid else ""
+    """A valid pair refused for this rate or channel count says so, and why where FFmpeg
+    said."""
+    if subtype not in container_subtypes(fmt):
+        return ""
+    shape = f" at {info.sample_rate} Hz with {info.channels} channel(s)"
+    return shape + (f" ({_media_refusal(fmt, subtype, info)})" if fmt in CONTAINERS else "")
 
 
 def check_subtype_name(subtype: str) -> None:

@@ -69,6 +69,19 @@ def _declared_frames(stream: av.audio.stream.AudioStream, rate: int) -> int | No
     return round(stream.duration * stream.time_base * rate)
 
 
+def _check_same_shape(first: av.AudioFrame, frame: av.AudioFrame, decoded: int,
+                      name: str) -> None:
+    """A track is enhanced at one rate and channel layout: joined recordings (`cat a.mp3 b.mp3`)
+    may change either mid-stream, which one output track cannot hold."""
+    for what, before, now in (("sample rate", first.sample_rate, frame.sample_rate),
+                              ("channel layout", first.layout.name, frame.layout.name)):
+        if before != now:
+            raise AudioInputError(
+                f"{name}: the audio track changes its {what} at "
+                f"{decoded / first.sample_rate:.2f} s (from {before} to {now}); speechlens "
+                f"needs one {what} per track (split it where it changes)")
+
+
 def probe(path: str | os.PathLike, name: str, track: int | None = None) -> AudioInfo:
     """Decode the chosen track once to count its samples: containers record lengths roughly or
     not at all, and the windows need the exact count before the first one is enhanced."""
@@ -81,6 +94,7 @@ def probe(path: str | os.PathLike, name: str, track: int | None = None) -> Audio
                 size += packet.size
                 for frame in packet.decode():
                     first = first or frame
+                    _check_same_shape(first, frame, decoded, name)
                     decoded += frame.samples
                     codec_frame = max(codec_frame, frame.samples)
         except pyav.ERRORS as error:

@@ -4,11 +4,16 @@ only where a media container is read or written: PyAV's own import costs 50-200 
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import functools
 import io
 import os
+from collections.abc import Iterator
+from typing import BinaryIO
 
 import av
+import av.logging
 
 from .containers import CONTAINERS, DEMUXERS
 
@@ -28,11 +33,12 @@ def native_path(path: str | os.PathLike) -> str:
     return "file:" + os.path.abspath(os.fsdecode(path))
 
 
-def open_input(source: str | os.PathLike | io.BytesIO) -> av.container.InputContainer:
-    """An input opened only as one of the containers speechlens reads (containers.DEMUXERS),
-    through the file protocol alone: nothing FFmpeg opens can lead to another file or a URL."""
+def open_input(source: str | os.PathLike | BinaryIO) -> av.container.InputContainer:
+    """An input (a file's name, or a file object) opened only as one of the containers
+    speechlens reads (containers.DEMUXERS), through the file protocol alone: nothing FFmpeg
+    opens can lead to another file or a URL."""
     allowed = {"format_whitelist": DEMUXERS, "protocol_whitelist": "file"}
-    name = source if isinstance(source, io.BytesIO) else native_path(source)
+    name = native_path(source) if isinstance(source, (str, os.PathLike)) else source
     try:
         return av.open(name, container_options=allowed)
     except av.ArgumentError as error:
@@ -67,14 +73,41 @@ def encoders() -> set[str]:
     return av.codecs_available
 
 
-def can_encode(encoder: str, sample_rate: int, layout: str) -> bool:
-    """Whether FFmpeg's `encoder` opens for this rate and layout (Opus takes 8-48 kHz in five
-    steps, MP3 no more than two channels, ALAC no 7.1)."""
+@contextlib.contextmanager
+def ffmpeg_errors() -> Iterator[list[tuple[int, str, str]]]:
+    """FFmpeg's error messages while the block runs. PyAV drops FFmpeg's log unless a level is
+    set, and its exceptions then say only "Invalid argument" where FFmpeg said why ("Exactly
+    one MP3 audio stream is required")."""
+    level, skip = av.logging.get_level(), av.logging.get_skip_repeated()
+    av.logging.set_level(av.logging.ERROR)
+    av.logging.set_skip_repeated(False)  # the same refusal, tried twice, is said twice
     try:
-        context = av.CodecContext.create(encoder, "w")
-        context.sample_rate, context.layout = sample_rate, layout
-        context.format = context.codec.audio_formats[0]
-        context.open()
-    except ERRORS:
-        return False
-    return True
+        with av.logging.Capture(local=False) as logs:
+            yield logs
+    finally:
+        av.logging.set_skip_repeated(skip)
+        av.logging.set_level(level)
+
+
+def explained(error: Exception, logs: list[tuple[int, str, str]]) -> str:
+    """FFmpeg's first error message from `logs` (ffmpeg_errors), else the error's reason."""
+    said = next((message.strip() for level, _, message in logs
+                 if level <= av.logging.ERROR and message.strip()), None)
+    return said or reason(error)
+
+
+@functools.cache
+def cannot_write(muxer: str, encoder: str, sample_rate: int, layout: str,
+                 options: tuple[tuple[str, str], ...] = ()) -> str | None:
+    """Why FFmpeg cannot write a track of `encoder` at this rate and layout with `muxer` (opened
+    with `options`), or None where it can: the encoder opens (Opus takes 8-48 kHz in five
+    steps, MP3 no more than two channels, ALAC no 7.1) and the muxer writes its header in
+    memory (the mp4 muxer refuses MP3 below 16 kHz)."""
+    with ffmpeg_errors() as logs:
+        try:
+            with av.open(io.BytesIO(), "w", format=muxer, options=dict(options)) as trial:
+                trial.add_stream(encoder, rate=sample_rate, layout=layout)
+                trial.start_encoding()
+        except ERRORS as error:
+            return explained(error, logs)
+    return None

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import OutputError, SpeechlensError
 from . import media, pyav
-from .containers import CODECS, CONTAINERS
+from .containers import CODECS, CONTAINERS, muxer_options
 from .formats import OutputFormat
 from .info import AudioInfo
 
@@ -36,21 +36,59 @@ def _add_copy(out: av.container.OutputContainer, stream: av.stream.Stream,
     try:
         return out.add_stream_from_template(stream)
     except pyav.ERRORS as error:
-        raise OutputError(
-            f"{shown}: a {output.format} file cannot hold stream {stream.index} ({stream.type}, "
-            f"{getattr(stream.codec_context, 'name', 'data')}) of the input "
-            f"({pyav.reason(error)}); choose another container or suffix") from None
+        raise _cannot_hold(stream, output, shown, pyav.reason(error)) from None
+
+
+def _cannot_hold(stream: av.stream.Stream, output: OutputFormat, shown: str,
+                 why: str) -> OutputError:
+    """The stream named by its codec (mp3, not the decoder's name, mp3float)."""
+    context = stream.codec_context
+    codec = context.codec.canonical_name if context is not None else "data"
+    return OutputError(
+        f"{shown}: a {output.format} file cannot hold stream {stream.index} ({stream.type}, "
+        f"{codec}) of the input ({why}); choose another container or suffix")
+
+
+def _open_output(target, info: AudioInfo, output: OutputFormat) -> av.container.OutputContainer:
+    container = CONTAINERS[output.format]
+    return av.open(target, "w", format=container.muxer,
+                   options=muxer_options(container, output.subtype, info.sample_rate))
 
 
 def check_copies_fit(info: AudioInfo, output: OutputFormat, shown: str) -> None:
     """At planning, before any model runs: every stream to be copied fits the output container
-    (an MP4 subtitle does not fit Matroska), tried on a container in memory that is never
-    written. `output` is a media container and `info` a media input's."""
-    with pyav.open_input(info.media.source) as source, \
-            av.open(io.BytesIO(), "w", format=CONTAINERS[output.format].muxer) as trial:
-        for stream in source.streams:
-            if stream.index != info.media.stream_index and _copied(stream):
-                _add_copy(trial, stream, output, shown)
+    beside the speech track (an MP4 subtitle does not fit Matroska, a second MP3 track does not
+    fit .mp3), tried on a container in memory whose header is written and nothing else. A stream
+    the header refuses is found by trying the speech track with the copies up to each in turn.
+    `output` is a media container and `info` a media input's."""
+    with pyav.open_input(info.media.source) as source:
+        copies = [stream for stream in source.streams
+                  if stream.index != info.media.stream_index and _copied(stream)]
+        if _header_refusal(info, output, shown, copies) is None:
+            return
+        for count in range(len(copies) + 1):
+            why = _header_refusal(info, output, shown, copies[:count])
+            if why is not None and count:
+                raise _cannot_hold(copies[count - 1], output, shown, why)
+            if why is not None:
+                raise OutputError(f"{shown}: a {output.format} file cannot hold the speech "
+                                  f"track ({why}); choose another container or suffix")
+
+
+def _header_refusal(info: AudioInfo, output: OutputFormat, shown: str,
+                    copies: list[av.stream.Stream]) -> str | None:
+    """Why the muxer refuses its header for the speech track and `copies`, or None."""
+    codec = CODECS[output.subtype]
+    with pyav.ffmpeg_errors() as logs:
+        try:
+            with _open_output(io.BytesIO(), info, output) as trial:
+                trial.add_stream(codec.encoder, rate=info.sample_rate, layout=info.media.layout)
+                for stream in copies:
+                    _add_copy(trial, stream, output, shown)
+                trial.start_encoding()
+        except pyav.ERRORS as error:
+            return pyav.explained(error, logs)
+    return None
 
 
 class MediaSink:
@@ -66,8 +104,7 @@ class MediaSink:
         self.source = None
         self.copies: dict[int, av.stream.Stream] = {}
         try:
-            self.out = av.open(pyav.native_path(path), "w",
-                               format=CONTAINERS[output.format].muxer)
+            self.out = _open_output(pyav.native_path(path), info, output)
         except pyav.ERRORS as error:
             raise self._failure("cannot write there", error) from None
         try:
@@ -79,7 +116,16 @@ class MediaSink:
         self.waiting: av.Packet | None = None
         encoder_format = self.audio.codec_context.format
         self.integer = encoder_format is not None and encoder_format.name[0] in "su"
-        self.start = round((info.media.start if info.media else 0) * info.sample_rate)
+        self.start = round(self._start() * info.sample_rate)
+
+    def _start(self) -> Fraction:
+        """When the speech plays, kept where other streams play beside it (a video, a second
+        audio track) so it stays in sync with them; alone (a cover art at most), it starts at 0:
+        an MP3's first sample is stamped after the encoder's delay, which another container
+        would play as a gap."""
+        timed = any(not self.source.streams[index].disposition
+                    & av.stream.Disposition.attached_pic for index in self.copies)
+        return self.info.media.start if timed else Fraction(0)
 
     def _failure(self, what: str, error: Exception) -> OutputError:
         return OutputError(f"{self.shown}: {what} ({pyav.reason(error)})")
@@ -184,12 +230,15 @@ class MediaSink:
             self.source.close()
 
     def verify(self) -> None:
-        """After close: the speech track must decode to what was written, give or take the
-        encoder's padding where the container does not record the length (AAC in Matroska)."""
-        padding = max(self.audio.codec_context.frame_size or 0, 1)
+        """After close: the speech track must decode to exactly what was written, or up to the
+        encoder's padding more where the container does not record the length (AAC in
+        Matroska)."""
+        padding = 1
+        if self.output.subtype in CONTAINERS[self.output.format].unrecorded:
+            padding = max(self.audio.codec_context.frame_size or 0, 1)
         try:
             back = media.probe(self.path, self.shown, self.track_number)
-            # Opus decodes at 48 kHz whatever rate it was encoded from
+            # Opus decodes at 48 kHz whatever rate it was encoded from (8-48 kHz divide it)
             got = round(back.frames * self.info.sample_rate / back.sample_rate)
         except SpeechlensError:
             got = -1

@@ -11,16 +11,8 @@ import soundfile as sf
 
 from ..errors import OutputError
 from . import libsndfile
-from .formats import OutputFormat, read_back_params
+from .formats import OutputFormat, count_decoded, read_back_params
 from .libsndfile import native_stderr_silenced
-
-#: Frames per read when a finished output is read back to check it.
-_CHECK_BLOCK = 1 << 16
-#: The sample type a finished output is read back as, by subtype: its own where soundfile has
-#: it, so decoding is a copy (a float WAV read back as int16 took 2.5 ms per 5 s at 44.1 kHz,
-#: as float32 0.3 ms; AMD EPYC); int16 for the rest, whose decoders convert anyway.
-_READ_BACK_DTYPE = {"FLOAT": "float32", "DOUBLE": "float64", "PCM_32": "int32",
-                    "PCM_24": "int32"}
 
 
 def write_reason(error: Exception) -> str:
@@ -36,13 +28,15 @@ def write_reason(error: Exception) -> str:
 
 class Sink:
     """An output being written: blocks in order, integer encodings clamped to full scale (the
-    samples clamped are counted), every failure an OutputError naming `shown`."""
+    samples clamped are counted), every failure an OutputError naming `shown`. An encoding that
+    stores whole blocks (output.block) gets silence to the end of the last one when closed:
+    `padding` frames, left out of `written`."""
 
     def __init__(self, path: str | Path, sample_rate: int, channels: int, output: OutputFormat,
                  shown: str):
         self.path, self.output, self.shown = path, output, shown
         self.sample_rate, self.channels = sample_rate, channels
-        self.written = self.clamped = 0
+        self.written = self.clamped = self.padding = 0
         try:
             self.file = sf.SoundFile(libsndfile.native_path(path), "w", sample_rate, channels,
                                      output.subtype, format=output.format)
@@ -59,12 +53,15 @@ class Sink:
             if over:
                 self.clamped += over
                 block = np.clip(block, -1.0, 1.0)
+        self._write(block)
+        self.written += len(block)
+
+    def _write(self, block: np.ndarray) -> None:
         try:
             self.file.write(block)
         except (*libsndfile.ERRORS, AssertionError) as error:
             # soundfile asserts that every frame was written: a short write is a failure
             raise OutputError(f"{self.shown}: write failed ({write_reason(error)})") from None
-        self.written += len(block)
 
     def abandon(self) -> None:
         """Close after a failure elsewhere; that failure is the one reported."""
@@ -72,21 +69,30 @@ class Sink:
             self.file.close()
 
     def close(self) -> None:
-        """Flushes the encoder and finishes the header: it can fail too."""
+        """Pads the last block, flushes the encoder and finishes the header: it can fail too."""
+        self.padding = -self.written % self.output.block
+        if self.padding:
+            try:
+                self._write(np.zeros((self.padding, self.channels), np.float32))
+            except OutputError:
+                self.abandon()
+                raise
         try:
             self.file.close()
         except libsndfile.ERRORS as error:
             raise OutputError(f"{self.shown}: write failed ({write_reason(error)})") from None
 
     def verify(self) -> None:
-        """After close: every frame written must read back (see check_written)."""
-        check_written(self.path, self.written, self.shown,
+        """After close: every frame written, padding included, must read back (see
+        check_written)."""
+        check_written(self.path, self.written + self.padding, self.shown,
                       read_back_params(self.output, self.sample_rate, self.channels))
 
 
 def check_written(path, frames: int, shown: str, params: dict | None = None) -> None:
-    """Read the closed output back in blocks: every frame must decode (`params`: what a
-    headerless file is opened with, from formats.read_back_params).
+    """Read the closed output back in blocks: its header must count exactly `frames` and every
+    one must decode (`params`: what a headerless file is opened with, from
+    formats.read_back_params).
 
     Some write failures go unreported (a FLAC encoder's last block lost to a full disk leaves a
     short file with no length in its header, and libsndfile returns success); such a file must
@@ -97,13 +103,7 @@ def check_written(path, frames: int, shown: str, params: dict | None = None) -> 
         with native_stderr_silenced(), sf.SoundFile(libsndfile.native_path(path),
                                                     **(params or {})) as check:
             declared = check.frames
-            dtype = _READ_BACK_DTYPE.get(check.subtype, "int16")  # all that is needed: a count
-            width = np.dtype(dtype).itemsize * check.channels
-            while got < frames:
-                block = check.buffer_read(min(_CHECK_BLOCK, frames - got), dtype=dtype)
-                if not len(block):
-                    break
-                got += len(block) // width
+            got = count_decoded(check, frames)
     except libsndfile.ERRORS:
         pass
     if got != frames or declared != frames:
