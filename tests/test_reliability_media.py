@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import re
+import struct
 from pathlib import Path
 from unittest import mock
 
@@ -193,6 +194,100 @@ def test_media_from_wav_and_flac_keep_the_exact_length(tmp_path, input_format, s
                         *(["--subtype", subtype] if subtype else []))
     assert result.exit_code == 0, result.output
     assert read_info(target).shape == (frames, rate, 1)
+
+
+# ------------------------------------------------------------ media on stdin
+
+def _mp3_behind_a_large_cover() -> bytes:
+    """1 s of MP3 after an ID3 tag holding a 1.4 MiB PNG cover (noise does not compress)."""
+    rate, side = 16000, 700
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format="mp3") as out:
+        out.metadata["title"] = "large cover"
+        audio = out.add_stream("libmp3lame", rate=rate, layout="mono")
+        cover = out.add_stream("png")
+        cover.width = cover.height = side
+        cover.pix_fmt = "rgb24"
+        cover.disposition = av.stream.Disposition.attached_pic
+        picture = av.VideoFrame.from_ndarray(
+            np.random.default_rng(0).integers(0, 256, (side, side, 3), np.uint8), format="rgb24")
+        picture.pts = 0
+        pictures = [*cover.encode(picture), *cover.encode(None)]
+        frame = av.AudioFrame.from_ndarray(noisy_speech(rate, 1.0, seed=3)[None], format="flt",
+                                           layout="mono")
+        frame.sample_rate, frame.pts = rate, 0
+        out.mux(audio.encode(frame))
+        out.mux(audio.encode(None))
+        for packet in pictures:
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+def _quicktime_starting_with(box: bytes, folder: Path) -> bytes:
+    """6 s of 48 kHz stereo PCM in QuickTime (1.1 MiB), its first box turned into `box`:
+    b"free" or b"mdat" in place of the "ftyp" before the samples and the track list last;
+    b"moov" first where the track list was written first ([ftyp][moov] swapped: the samples
+    keep their offsets)."""
+    rate, path = 48000, folder / "made.mov"
+    options = {"movflags": "faststart"} if box == b"moov" else {}
+    with av.open(str(path), "w", format="mov", options=options) as out:
+        stream = out.add_stream("pcm_s16le", rate=rate, layout="stereo")
+        audio = noisy_speech(rate, 6.0, channels=2, seed=4)
+        frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(audio.T), format="fltp",
+                                           layout="stereo")
+        frame.sample_rate, frame.pts = rate, 0
+        out.mux(stream.encode(frame))
+        out.mux(stream.encode(None))
+    data = path.read_bytes()
+    path.unlink()
+    ftyp = struct.unpack(">I", data[:4])[0]
+    assert data[4:8] == b"ftyp"
+    if box != b"moov":
+        return data[:4] + box + data[8:]
+    moov = struct.unpack(">I", data[ftyp:ftyp + 4])[0]
+    assert data[ftyp + 4:ftyp + 8] == b"moov"
+    return data[ftyp:ftyp + moov] + data[:ftyp] + data[ftyp + moov:]
+
+
+@pytest.mark.parametrize("case", ["mp3-behind-a-1.4-MiB-cover", "quicktime-starting-with-free",
+                                  "quicktime-starting-with-mdat", "quicktime-starting-with-moov"])
+def test_media_on_stdin_is_read_like_the_file(tmp_path, case):
+    """Judged from its first MiB, stdin refused an MP3 behind a large cover and QuickTime files
+    whose track list comes after the samples ("no format recognised in its first 1,048,576
+    bytes"); read as a file they were fine. Now FFmpeg reads as far as the format needs."""
+    data = (_mp3_behind_a_large_cover() if case.startswith("mp3")
+            else _quicktime_starting_with(case.rsplit("-", 1)[1].encode(), tmp_path))
+    assert len(data) > 1 << 20
+    as_file = tmp_path / "in"
+    as_file.write_bytes(data)
+    with _stand_in():
+        result = invoke("enhance", "-", tmp_path / "out.wav", "--model", "stand-in",
+                        input=data)
+    assert result.exit_code == 0, result.output
+    assert read_info(tmp_path / "out.wav").shape == read_info(as_file).shape
+
+
+def test_an_mp3_on_stdin_keeps_its_cover_tags_and_bit_rate(tmp_path, media_files):
+    """Through stdin an MP3 lost its cover art, its title and its bit rate, which the file's
+    path kept: it was read by libsndfile, which knows none of them."""
+    source = media_files["cover"]
+    with _stand_in():
+        piped = invoke("enhance", "-", tmp_path / "piped.mp3", "--model", "stand-in",
+                       input=source.read_bytes())
+        named = invoke("enhance", source, tmp_path / "named.mp3", "--model", "stand-in")
+    assert piped.exit_code == named.exit_code == 0, piped.output + named.output
+
+    def kept(path: Path) -> tuple:
+        with av.open(str(path)) as container:
+            audio, cover = container.streams.audio[0], container.streams.video[0]
+            pictures = [bytes(p) for p in container.demux(cover) if p.size]
+            return (container.metadata.get("title"), audio.codec_context.bit_rate,
+                    int(cover.disposition), pictures)
+
+    assert kept(tmp_path / "piped.mp3") == kept(tmp_path / "named.mp3")
+    title, bit_rate, disposition, pictures = kept(tmp_path / "piped.mp3")
+    assert (title, bit_rate, len(pictures)) == ("speechlens test clip", 64_000, 1)
+    assert disposition & av.stream.Disposition.attached_pic
 
 
 # ------------------------------------------------------------ refused at planning, not after

@@ -45,11 +45,12 @@ def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
                           "set TMPDIR to a writable folder") from None
     try:
         try:
-            with os.fdopen(handle, "wb") as sink:
+            with os.fdopen(handle, "w+b") as spool:
                 first = stream.read(_COPY_BLOCK)
-                _check_audio_start(first)
-                sink.write(first)
-                shutil.copyfileobj(stream, sink, _COPY_BLOCK)
+                spool.write(first)
+                _check_audio_start(first, _Spooling(stream, spool))
+                spool.seek(0, os.SEEK_END)
+                shutil.copyfileobj(stream, spool, _COPY_BLOCK)
         except OSError as error:
             raise OutputError(f"<stdin>: could not be buffered in {folder} "
                               f"({error.strerror or error}); set TMPDIR to a folder with room") \
@@ -58,6 +59,55 @@ def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     finally:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(temporary)
+
+
+class _Spooling(io.RawIOBase):
+    """The input stream as FFmpeg reads it while judging it: what is already in the spool file
+    is read from there, and reading or seeking past it copies more of the stream into the spool
+    first, so FFmpeg can read as far into the stream as the format needs (an MP3 behind a cover
+    of several MiB, a QuickTime file whose track list comes after its samples) and seek back,
+    and nothing it read is lost to the spool."""
+
+    def __init__(self, stream: BinaryIO, spool: BinaryIO):
+        self.stream, self.spool, self.position = stream, spool, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def spooled(self) -> int:
+        """Bytes copied from the stream so far."""
+        return self.spool.seek(0, os.SEEK_END)
+
+    def _spool_up_to(self, end: int | None) -> int:
+        """Copy the stream into the spool until it holds `end` bytes (None: all); its size."""
+        spooled = self.spooled()
+        while end is None or spooled < end:
+            block = self.stream.read(_COPY_BLOCK)
+            if not block:
+                break
+            self.spool.write(block)
+            spooled += len(block)
+        return spooled
+
+    def read(self, size: int = -1) -> bytes:
+        self._spool_up_to(None if size < 0 else self.position + size)
+        self.spool.seek(self.position)
+        data = self.spool.read(size)
+        self.position += len(data)
+        return data
+
+    def seek(self, offset: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.position}.get(whence)
+        if base is None:  # from the end: all of the stream
+            base = self._spool_up_to(None)
+        self.position = min(base + offset, self._spool_up_to(base + offset))
+        return self.position
+
+    def tell(self) -> int:
+        return self.position
 
 
 def _sweep_tmpdir() -> None:
@@ -79,34 +129,36 @@ def stdout_folder() -> Iterator[Path]:
         yield Path(path)
 
 
-def _check_audio_start(first: bytes) -> None:
-    """Refuse a stream whose first bytes are no format libsndfile knows before any more of it is
-    buffered: `yes | speechlens enhance - out.wav` would otherwise fill TMPDIR first. Only an
-    unknown format is refused here; a known one cut short is left to the full read (a CAF, say,
-    does not parse from its first megabyte). Media (m4a, mp3, webm...) are PyAV's to judge."""
+def _check_audio_start(first: bytes, stream: _Spooling) -> None:
+    """Refuse a stream that is no audio before the rest of it is buffered: `yes | speechlens
+    enhance - out.wav` would otherwise fill TMPDIR first. libsndfile judges its formats by the
+    first bytes (a known format cut short is left to the full read: a CAF, say, does not parse
+    from its first megabyte); media are FFmpeg's to judge, reading as far as it needs, as it
+    would read the file: it takes no more of a stream that is none of its formats than its
+    probe (1 MiB), and an MP3 behind a large cover or a QuickTime file whose track list comes
+    last are read as far as that."""
     try:
         with native_stderr_silenced():
             sf.info(io.BytesIO(first))
     except libsndfile.ERRORS as error:
-        if "not recognised" in libsndfile.reason(error) and not _media_start(first):
+        if "not recognised" in libsndfile.reason(error) and not _media(stream):
             raise AudioInputError(f"<stdin>: not a readable audio file (no format recognised in "
-                                  f"its first {len(first):,} bytes; nothing more was read)") \
+                                  f"its first {stream.spooled():,} bytes; nothing more was read)") \
                 from None
 
 
-def _media_start(first: bytes) -> bool:
-    """Whether `first` begins a media file speechlens reads: PyAV finds an audio track in a
-    container speechlens knows, or an MP4 "ftyp" box starts it (whose track list, the "moov"
-    box, may come only at the end of a phone recording)."""
-    if first[4:8] == b"ftyp":
-        return True
+def _media(stream: _Spooling) -> bool:
+    """Whether FFmpeg takes `stream` for a media container speechlens reads: it opens it, with
+    an audio track, or the demuxer that recognised it says what is wrong with it (an MP4 cut
+    before its track list), which the full read then reports as it would for the file."""
     from . import pyav
-    try:
-        with pyav.open_input(io.BytesIO(first)) as container:
-            return bool(container.streams.audio) \
-                and container_for_file("", container.format.name) is not None
-    except pyav.ERRORS:
-        return False
+    with pyav.ffmpeg_errors() as said:
+        try:
+            with pyav.open_input(stream) as container:
+                return bool(container.streams.audio) \
+                    and container_for_file("", container.format.name) is not None
+        except pyav.ERRORS:
+            return bool(said)
 
 
 def write_all(stream: BinaryIO, data: bytes) -> None:
