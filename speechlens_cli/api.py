@@ -83,12 +83,21 @@ def enhance_channels(model: SEMamba, audio: np.ndarray, sample_rate: int,
             mx.eval(enhanced)
         except (RuntimeError, ValueError, MemoryError) as error:  # MLX: out of memory, kernels
             reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-            raise EnhancementError(
-                f"the model failed on {len(signal[0])} samples at {sample_rate} Hz ({reason}); "
-                "shorter windows (--chunk-seconds) need less memory"
-            ) from None
+            hint = ("; shorter windows (--chunk-seconds) need less memory"
+                    if _out_of_memory(error) else "")
+            raise EnhancementError(f"the model failed on {len(signal[0])} samples at "
+                                   f"{sample_rate} Hz ({reason}){hint}") from None
         out[:, channel] = np.asarray(enhanced[0])
     return out
+
+
+def _out_of_memory(error: Exception) -> bool:
+    """A failed allocation: Python's MemoryError, or MLX's words for one ("[malloc] Unable to
+    allocate", Metal's "Insufficient Memory", CUDA's "out of memory"). Anything else is not
+    fixed by shorter windows."""
+    text = str(error).lower()
+    return isinstance(error, MemoryError) or any(
+        words in text for words in ("allocate", "out of memory", "insufficient memory"))
 
 
 def window_enhancer(model: SEMamba, sample_rate: int, strict: bool, name: str):

@@ -201,7 +201,7 @@ def cpu_threads() -> int:
     env = os.environ.get(CPU_THREADS_ENV, "").strip()
     if not env:
         return cores
-    if not env.isdigit() or not env.strip("0"):
+    if not (env.isascii() and env.isdigit()) or not env.strip("0"):  # isdigit: any script
         raise UsageError(f"{CPU_THREADS_ENV} must be a whole number of threads (1 or more), "
                          f"got {env[:40]!r}")
     return cores if len(env) > 9 else min(int(env), cores)
