@@ -3,14 +3,23 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import time
+
 import pytest
 
+from speechlens_cli import kernels
 from tests.reliability import (
+    audit_outputs,
     invoke,
     leftovers,
     make_audio,
     one_error_line,
+    run_child,
 )
+
+MIB, GIB = 1 << 20, 1 << 30
 
 
 # ------------------------------------------------------------------------------ failures in MLX
@@ -47,6 +56,95 @@ def test_only_a_failed_allocation_suggests_shorter_windows(tmp_path, tiny_checkp
     assert "a.wav: the model failed on 400 samples at 8000 Hz (" in line, line
     assert ("shorter windows (--chunk-seconds) need less memory" in line) == about_memory, line
     assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------ launcher variables
+
+def _two_hosts(tmp_path) -> str:
+    """A valid ring hostfile, nobody at its ports."""
+    hostfile = tmp_path / "hosts.json"
+    hostfile.write_text('[["127.0.0.1:47221"], ["127.0.0.1:47222"]]')
+    return str(hostfile)
+
+
+#: name -> (SPEECHLENS_JOIN_TIMEOUT_S, started by a launcher: MLX_RANK and a two-host hostfile)
+JOIN_TIMEOUTS = {
+    "nan": ("nan", True), "negative": ("-5", True), "inf": ("inf", True),
+    "beyond-select": ("1e300", True), "arabic-indic-three": ("٣", True),
+    "nan-alone": ("nan", False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(JOIN_TIMEOUTS))
+def test_a_join_timeout_that_is_not_seconds_is_a_usage_error(tmp_path, tiny_checkpoint, name):
+    """nan, a negative or infinite number, or one past what select() takes killed the watcher,
+    and the rank waited in mx.distributed.init forever; '٣' passed as 3 s. Now a number above
+    0 and at most a day, in ASCII, checked before anything starts, even for a run alone."""
+    value, launched = JOIN_TIMEOUTS[name]
+    env = {"SPEECHLENS_JOIN_TIMEOUT_S": value}
+    if launched:
+        env.update(MLX_RANK="0", MLX_HOSTFILE=_two_hosts(tmp_path))
+    started = time.monotonic()
+    result = run_child(["enhance", make_audio(tmp_path / "a.wav"), tmp_path / "out.wav",
+                        "--model", tiny_checkpoint], env=env, timeout=60)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result.stderr)
+    assert "SPEECHLENS_JOIN_TIMEOUT_S must be a number of seconds above 0 and at most 86400, " \
+           f"got {value!r}" in line, line
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "out.wav").exists()
+
+
+def _limit_data() -> None:
+    """A reader that never stops (/dev/zero) fails at 4 GiB instead of taking the machine."""
+    resource.setrlimit(resource.RLIMIT_DATA, (4 * GIB, resource.RLIM_INFINITY))
+
+
+HOSTFILES = ["fifo", "dev-zero", "folder", "2MiB-file"]
+
+
+@pytest.mark.parametrize("kind", HOSTFILES)
+def test_a_hostfile_that_is_not_a_small_file_is_a_usage_error(tmp_path, tiny_checkpoint, kind):
+    """MLX_HOSTFILE naming a FIFO waited for a writer forever, /dev/zero was read without end,
+    a folder counted as a leftover. Now anything but a regular file of at most 1 MiB is one
+    line naming the variable, found without a blocking open."""
+    path = {"fifo": tmp_path / "hosts", "dev-zero": "/dev/zero", "folder": tmp_path,
+            "2MiB-file": tmp_path / "hosts.json"}[kind]
+    if kind == "fifo":
+        os.mkfifo(path)
+    if kind == "2MiB-file":
+        path.write_text(" " * (2 * MIB) + '[["127.0.0.1:1"], ["127.0.0.1:2"]]')
+    started = time.monotonic()
+    result = run_child(["enhance", make_audio(tmp_path / "a.wav"), tmp_path / "out.wav",
+                        "--model", tiny_checkpoint], timeout=60,
+                       env={"MLX_RANK": "0", "MLX_HOSTFILE": str(path)},
+                       preexec=None if kernels.gpu_backend() == "cuda" else _limit_data)
+    assert result.returncode == 2, result.stderr
+    line = one_error_line(result.stderr)
+    assert f"error: MLX_HOSTFILE={path}: not a hostfile (mlx.launch writes a JSON list of " \
+           "hosts, a regular file of at most 1 MiB); unset MLX_RANK and MLX_HOSTFILE" in line
+    assert time.monotonic() - started < 30
+    assert not (tmp_path / "out.wav").exists()
+
+
+#: name -> launcher variables whose numbers are in other scripts ("HOSTFILE": two hosts)
+OTHER_DIGITS = {
+    "MLX_RANK-superscript-two": {"MLX_RANK": "²", "MLX_HOSTFILE": "HOSTFILE"},
+    "OMPI-size-arabic-indic-four": {"OMPI_COMM_WORLD_SIZE": "٤", "OMPI_COMM_WORLD_RANK": "0"},
+}
+
+
+@pytest.mark.parametrize("name", sorted(OTHER_DIGITS))
+def test_launcher_numbers_in_other_scripts_are_leftovers(tmp_path, tiny_checkpoint, name):
+    """A launcher writes its ranks and sizes in ASCII. MLX_RANK='²' raised a ValueError
+    traceback (str.isdigit takes it, int() does not); a size of '٤' made an MPI group of four.
+    Such a value is not a launcher's set: the run goes ahead alone."""
+    env = {key: _two_hosts(tmp_path) if value == "HOSTFILE" else value
+           for key, value in OTHER_DIGITS[name].items()}
+    result = invoke("enhance", make_audio(tmp_path / "a.wav"), tmp_path / "out.wav",
+                    "--model", tiny_checkpoint, env=env)
+    assert result.exit_code == 0, result.output
+    audit_outputs(tmp_path, {"out.wav": 400})
 
 
 # ------------------------------------------------------------------------------ CPU threads

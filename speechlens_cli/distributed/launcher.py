@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import select
 import signal
+import stat
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
@@ -20,29 +22,70 @@ from .share import Share
 #: peers that never come (launcher variables left in a shell), holding the interpreter.
 JOIN_TIMEOUT_ENV = "SPEECHLENS_JOIN_TIMEOUT_S"
 DEFAULT_JOIN_TIMEOUT_S = 60.0
+#: A day: select() takes no more than about 292 years, and no group takes a day to form.
+MAX_JOIN_TIMEOUT_S = 86400.0
+#: mlx.launch's hostfile lists a few hosts; more than this is not one.
+MAX_HOSTFILE_BYTES = 1 << 20
+
+
+def join_timeout(env: Mapping[str, str]) -> float:
+    """SPEECHLENS_JOIN_TIMEOUT_S: seconds above 0 and at most a day, in ASCII digits (float()
+    takes any script's digits, "nan" and "inf" too)."""
+    text = env.get(JOIN_TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_JOIN_TIMEOUT_S
+    try:
+        seconds = float(text) if text.isascii() else math.nan
+    except ValueError:
+        seconds = math.nan
+    if not 0 < seconds <= MAX_JOIN_TIMEOUT_S:
+        raise UsageError(f"{JOIN_TIMEOUT_ENV} must be a number of seconds above 0 and at most "
+                         f"{MAX_JOIN_TIMEOUT_S:g}, got {text[:40]!r}")
+    return seconds
 
 
 def _integer(text: str | None) -> int:
-    try:
-        return int(text or 0)
-    except ValueError:
-        return 0
+    """A launcher's count (0 unless ASCII digits: int() takes any script's, and '²' breaks it)."""
+    text = (text or "").strip()
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else 0
 
 
 def _rank_of(env: Mapping[str, str], rank: str, size: int) -> bool:
     """The rank variable is there and names one of `size` processes."""
-    value = env.get(rank, "")
-    return value.isdigit() and int(value) < size
+    value = env.get(rank, "").strip()
+    return value.isascii() and value.isdigit() and int(value) < size
 
 
 def _ring_size(hostfile: Path) -> int:
-    """Processes the ring hostfile lists (0: blank, unreadable or not a list of hosts)."""
+    """Processes the ring hostfile lists (0: missing, blank, unreadable or not a list of hosts,
+    a hostfile left behind). Anything but a regular file of at most 1 MiB is a usage error:
+    reading a FIFO would wait for a writer forever, and /dev/zero never ends."""
     try:
-        text = hostfile.read_text()
-        hosts = json.loads(text) if text.strip() else []
-    except (OSError, ValueError):
+        data = _hostfile_bytes(hostfile)
+    except OSError:
+        return 0
+    if data is None:
+        raise UsageError(f"MLX_HOSTFILE={hostfile}: not a hostfile (mlx.launch writes a JSON "
+                         "list of hosts, a regular file of at most 1 MiB); unset MLX_RANK and "
+                         "MLX_HOSTFILE to run alone")
+    try:
+        hosts = json.loads(data) if data.strip() else []
+    except ValueError:
         return 0
     return len(hosts) if isinstance(hosts, list) else 0
+
+
+def _hostfile_bytes(hostfile: Path) -> bytes | None:
+    """The file's bytes; None for anything but a regular file of at most MAX_HOSTFILE_BYTES,
+    which is never opened for a blocking read."""
+    if not stat.S_ISREG(os.stat(hostfile).st_mode):
+        return None
+    descriptor = os.open(hostfile, os.O_RDONLY | os.O_NONBLOCK)  # a FIFO put there meanwhile
+    with open(descriptor, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return None
+        data = handle.read(MAX_HOSTFILE_BYTES + 1)
+    return data if len(data) <= MAX_HOSTFILE_BYTES else None
 
 
 def launched_backend(env: Mapping[str, str] | None = None) -> str | None:
@@ -74,27 +117,25 @@ def launched_backend(env: Mapping[str, str] | None = None) -> str | None:
 
 
 @contextlib.contextmanager
-def _bounded_join(backend: str, env: Mapping[str, str]) -> Iterator[None]:
+def _bounded_join(backend: str, seconds: float) -> Iterator[None]:
     """mx.distributed.init waits for every peer inside MLX, holding the interpreter: no Python
     timer or signal handler runs until it returns. A forked watcher (its own process, no shared
-    interpreter) ends this one with one line if the group has not formed in time."""
-    try:
-        seconds = float(env.get(JOIN_TIMEOUT_ENV) or DEFAULT_JOIN_TIMEOUT_S)
-    except ValueError:
-        raise UsageError(f"{JOIN_TIMEOUT_ENV} must be a number of seconds") from None
+    interpreter) ends this one with one line if the group has not formed in `seconds`."""
     done_read, done_write = os.pipe()
     parent = os.getpid()
     watcher = os.fork()
-    if watcher == 0:   # the watcher: only system calls from here on
-        os.close(done_write)
-        ready, _, _ = select.select([done_read], [], [], seconds)
-        if not ready:
-            os.write(2, (f"error: the {backend} group did not form within {seconds:g} s "
-                         "(not every peer joined): launcher variables left in this shell? "
-                         "Unset MLX_RANK and MLX_HOSTFILE to run alone, or raise "
-                         f"{JOIN_TIMEOUT_ENV}\n").encode())
-            os.kill(parent, signal.SIGKILL)
-        os._exit(0)
+    if watcher == 0:   # the watcher: only system calls from here on, and never back up
+        try:
+            os.close(done_write)
+            ready, _, _ = select.select([done_read], [], [], seconds)
+            if not ready:
+                os.write(2, (f"error: the {backend} group did not form within {seconds:g} s "
+                             "(not every peer joined): launcher variables left in this shell? "
+                             "Unset MLX_RANK and MLX_HOSTFILE to run alone, or raise "
+                             f"{JOIN_TIMEOUT_ENV}\n").encode())
+                os.kill(parent, signal.SIGKILL)
+        finally:
+            os._exit(0)
     os.close(done_read)
     try:
         yield
@@ -104,7 +145,9 @@ def _bounded_join(backend: str, env: Mapping[str, str]) -> Iterator[None]:
 
 
 def join(shard: tuple[int, int] | None, env: Mapping[str, str] | None = None) -> Share:
-    """This process's Share: --shard's part, a launcher's group, or the whole batch."""
+    """This process's Share: --shard's part, a launcher's group, or the whole batch. The
+    launcher's settings are checked first, also for a run alone."""
+    seconds = join_timeout(os.environ if env is None else env)
     backend = launched_backend(env)
     if shard is not None:
         if backend in ("ring", "nccl", "jaccl"):
@@ -118,7 +161,7 @@ def join(shard: tuple[int, int] | None, env: Mapping[str, str] | None = None) ->
             f"started by a launcher for MLX's {backend} backend, which this MLX build does not "
             "have; use mlx.launch --backend ring, or --shard I/N")
     try:
-        with _bounded_join(backend, os.environ if env is None else env):
+        with _bounded_join(backend, seconds):
             group = mx.distributed.init(strict=True, backend=backend)
     except RuntimeError as error:
         raise SpeechlensError(f"could not join the {backend} group the launcher started "
