@@ -12,8 +12,12 @@ The defaults and limits here are the single source for the CLI and the Python AP
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import ctypes.util
 import math
 import os
+import resource
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,22 +108,125 @@ def window_bytes(cfg: ModelConfig, samples: int, sample_rate: int) -> int:
             + _BYTES_PER_CELL * frames * stft.n_bins * cfg.hid_feature)
 
 
+#: Where the system's files are read from (tests point them at a fake tree).
+PROC = Path("/proc")
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+#: What the process takes around the model, beyond MLX's peak, when its first window runs:
+#: each thread that allocates gets its own glibc heap (64 MiB of address space reserved),
+#: OpenBLAS its buffers, libraries load on first use. Measured at 8 kHz on 2 cores (5-s windows
+#: of the tiny model, the least limit under which the run succeeds): 130 MiB of address space
+#: and 114 MiB of data beyond window_bytes; 64 MiB per core and 64 MiB more cover both.
+_HEAP_PER_CORE_BYTES = 64 << 20
+
+
 def available_bytes() -> int | None:
-    """Memory this process may still take: the least of the system's available memory and a
-    container's (cgroup v2) remaining limit; None where neither can be read."""
-    found = []
-    with contextlib.suppress(OSError, ValueError, StopIteration):
-        with open("/proc/meminfo") as meminfo:
-            line = next(line for line in meminfo if line.startswith("MemAvailable:"))
-        found.append(int(line.split()[1]) * 1024)
-    with contextlib.suppress(OSError, ValueError):
-        with open("/sys/fs/cgroup/memory.max") as limit, \
-                open("/sys/fs/cgroup/memory.current") as used:
-            found.append(int(limit.read()) - int(used.read()))   # "max": no limit, ValueError
+    """Memory this process may still take: the least of the system's available memory, the
+    room left in its container (cgroup v2 or v1) and under its own limits (RLIMIT_AS and
+    RLIMIT_DATA, `ulimit -v` and `-d`); on macOS, the share of physical memory the kernel counts
+    as available. None where nothing can be read."""
+    if sys.platform == "darwin":
+        return _macos_available_bytes()
+    found = [room for room in (_meminfo_available(), *_cgroup_rooms(), *_rlimit_rooms())
+             if room is not None]
     if not found:
         with contextlib.suppress(OSError, ValueError, AttributeError):
             found.append(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     return min(found) if found else None
+
+
+def _meminfo_available() -> int | None:
+    with contextlib.suppress(OSError, ValueError, StopIteration):
+        with open(PROC / "meminfo") as meminfo:
+            line = next(line for line in meminfo if line.startswith("MemAvailable:"))
+        return int(line.split()[1]) * 1024
+    return None
+
+
+def _cgroup_rooms() -> list[int]:
+    """Limit less usage of each memory cgroup from this process's own up to the root of the
+    mount (a parent's limit holds too; a container may see its own cgroup as the root). Page
+    cache the kernel can drop (inactive files) does not count as used."""
+    rooms = []
+    try:
+        membership = (PROC / "self" / "cgroup").read_text().splitlines()
+    except OSError:
+        membership = ["0::/"]
+    for line in membership:
+        _, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if not controllers:
+            base, files = CGROUP_ROOT, ("memory.max", "memory.current", "inactive_file")
+        elif "memory" in controllers.split(","):
+            base = CGROUP_ROOT / "memory"
+            files = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+        else:
+            continue
+        parts = [part for part in path.split("/") if part not in ("", ".", "..")]
+        for depth in range(len(parts), -1, -1):
+            room = _cgroup_room(base.joinpath(*parts[:depth]), *files)
+            if room is not None:
+                rooms.append(room)
+    return rooms
+
+
+def _cgroup_room(folder: Path, limit_file: str, usage_file: str, inactive: str) -> int | None:
+    try:
+        limit = int((folder / limit_file).read_text())   # v2's "max": no limit, ValueError
+        used = int((folder / usage_file).read_text())
+    except (OSError, ValueError):
+        return None
+    with contextlib.suppress(OSError, ValueError):
+        for line in (folder / "memory.stat").read_text().splitlines():
+            key, _, value = line.partition(" ")
+            if key == inactive:
+                used -= int(value)
+    return limit - used
+
+
+def _rlimit_rooms() -> list[int]:
+    """Room under the soft RLIMIT_AS and RLIMIT_DATA: the limit less what the process maps
+    already (/proc/self/status: VmSize, VmData) and less what its threads take on the first
+    window. An allocation past either limit does not fail in MLX's CPU backend: the process
+    dies (SIGSEGV)."""
+    try:
+        status = (PROC / "self" / "status").read_text()
+    except OSError:
+        return []
+    mapped = {}
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        with contextlib.suppress(ValueError, IndexError):
+            mapped[key] = int(value.split()[0]) * 1024
+    around = _HEAP_PER_CORE_BYTES * (kernels.usable_cores() + 1)
+    rooms = []
+    for limit, field in ((resource.RLIMIT_AS, "VmSize"), (resource.RLIMIT_DATA, "VmData")):
+        soft, _ = resource.getrlimit(limit)
+        if soft != resource.RLIM_INFINITY and field in mapped:
+            rooms.append(soft - mapped[field] - around)
+    return rooms
+
+
+def _macos_available_bytes() -> int | None:
+    """Physical memory times the share of it macOS counts as available (kern.memorystatus_level,
+    the free percentage `memory_pressure` reports: free, inactive and purgeable pages)."""
+    total, level = _sysctl("hw.memsize"), _sysctl("kern.memorystatus_level")
+    if total is None or level is None:
+        return None
+    return total * level // 100
+
+
+def _sysctl(name: str) -> int | None:
+    """An integer sysctl of macOS (sysctlbyname), None where it cannot be read."""
+    try:
+        sysctlbyname = ctypes.CDLL(ctypes.util.find_library("c")).sysctlbyname
+    except (OSError, AttributeError):
+        return None
+    sysctlbyname.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t),
+                             ctypes.c_void_p, ctypes.c_size_t]
+    value, size = ctypes.c_uint64(0), ctypes.c_size_t(ctypes.sizeof(ctypes.c_uint64))
+    if sysctlbyname(name.encode(), ctypes.byref(value), ctypes.byref(size), None, 0) != 0:
+        return None
+    return value.value   # a 4-byte int fills the low half (Macs are little-endian)
 
 
 def check_window_memory(cfg: ModelConfig, samples: int, sample_rate: int, name: str) -> None:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import os
 import resource
+import sys
 import time
 
 import pytest
 
-from speechlens_cli import kernels
+from speechlens_cli import kernels, pipeline
+from speechlens_cli.errors import EnhancementError
+from speechlens_cli.model.config import ModelConfig
+from speechlens_cli.synthetic.checkpoints import TINY_CONFIG
 from tests.reliability import (
+    RATE,
     audit_outputs,
     invoke,
     leftovers,
@@ -20,6 +25,123 @@ from tests.reliability import (
 )
 
 MIB, GIB = 1 << 20, 1 << 30
+
+
+# ------------------------------------------------------------------------------ process limits
+
+#: The process limits of `ulimit -v` and `ulimit -d` cannot be tried where CUDA's libraries
+#: load: they map more address space (and data) than these limits at start-up.
+needs_host_limits = pytest.mark.skipif(
+    kernels.gpu_backend() == "cuda", reason="CUDA's libraries map more than these limits")
+
+
+#: name -> (limit, bytes, seconds of audio at rate, --chunk-seconds, refused). An 8-s window at
+#: 192 kHz needs about 2.9 GiB with the tiny model: less than most machines have available, so
+#: only the process limit can refuse it (the tester's case, 30 s at 192 kHz under 3 GB, needs
+#: 11 GiB, which a loaded machine refuses anyway).
+PROCESS_LIMITS = {
+    "ulimit-v-2GB-8s-window-at-192kHz": ("RLIMIT_AS", 2 * GIB, 8, 192000, 8, True),
+    "ulimit-d-2GB-8s-window-at-192kHz": ("RLIMIT_DATA", 2 * GIB, 8, 192000, 8, True),
+    "ulimit-v-2GB-5s-window-at-8kHz": ("RLIMIT_AS", 2 * GIB, 6, RATE, 5, False),
+    "ulimit-d-2GB-5s-window-at-8kHz": ("RLIMIT_DATA", 2 * GIB, 6, RATE, 5, False),
+}
+
+
+@needs_host_limits
+@pytest.mark.parametrize("name", sorted(PROCESS_LIMITS))
+def test_a_window_beyond_the_process_limits_is_refused_before_mlx_allocates(
+        tmp_path, tiny_checkpoint, name):
+    """Under `ulimit -v` or `-d`, MLX's CPU backend does not fail an allocation past the limit:
+    the process died of it (SIGSEGV, exit 139, the temporary output left behind). The room
+    under both limits is now part of the memory budget: a window beyond it is one line before
+    the model runs, and a window within it is enhanced."""
+    limit, size, seconds, rate, chunk, refused = PROCESS_LIMITS[name]
+
+    def limited() -> None:
+        resource.setrlimit(getattr(resource, limit), (size, resource.RLIM_INFINITY))
+
+    source = make_audio(tmp_path / "in.wav", frames=seconds * rate, rate=rate)
+    result = run_child(["enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                        "--device", "cpu", "--chunk-seconds", chunk], preexec=limited)
+    if not refused:
+        assert result.returncode == 0, result.stderr
+        audit_outputs(tmp_path, {"out.wav": seconds * rate})
+        return
+    assert result.returncode == 1, result.stderr
+    line = one_error_line(result.stderr)
+    need = pipeline.window_bytes(ModelConfig.from_dict(TINY_CONFIG), chunk * rate, rate)
+    assert f"in.wav: a window of {chunk} s at {rate} Hz needs about {need / GIB:.1f} GiB " \
+           "with this model" in line, line
+    assert "use shorter windows (--chunk-seconds)" in line, line
+    assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------ containers
+
+#: name -> (/proc/self/cgroup, {cgroup folder: (limit, usage, reclaimable page cache)}, the
+#: room expected). v1 folders are under memory/; a limit of None is v2's "max".
+CGROUPS = {
+    "v1-nested": ("4:memory:/job/7\n1:cpu:/job/7\n",
+                  {"memory/job/7": (512, 400, 100), "memory/job": (300, 250, 0)}, 50),
+    "v1-container-seeing-its-own-as-the-root": ("4:memory:/docker/abc\n",
+                                                {"memory": (256, 200, 0)}, 56),
+    "v2-nested": ("0::/job/7\n", {"job/7": (512, 400, 100), "job": (None, 900, 0)}, 212),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CGROUPS))
+def test_a_container_limit_bounds_the_window(tmp_path, monkeypatch, name, on_cpu):
+    """A cgroup v1 memory limit (Docker and Kubernetes on older hosts) was never read, nor a v2
+    limit set below the mount's root (a systemd unit's MemoryMax): the process ran into the
+    limit and was killed. Every level from the process's own cgroup up counts; page cache the
+    kernel can drop (inactive files) does not count as used."""
+    membership, folders, expected = CGROUPS[name]
+    proc, cgroups = tmp_path / "proc", tmp_path / "cgroup"
+    (proc / "self").mkdir(parents=True)
+    (proc / "meminfo").write_text(f"MemTotal: {64 << 20} kB\nMemAvailable: {60 << 20} kB\n")
+    (proc / "self" / "cgroup").write_text(membership)
+    for folder, (limit, usage, inactive) in folders.items():
+        where = cgroups / folder
+        where.mkdir(parents=True, exist_ok=True)
+        v1 = folder.startswith("memory")
+        (where / ("memory.limit_in_bytes" if v1 else "memory.max")).write_text(
+            "max\n" if limit is None else f"{limit * MIB}\n")
+        (where / ("memory.usage_in_bytes" if v1 else "memory.current")).write_text(
+            f"{usage * MIB}\n")
+        (where / "memory.stat").write_text(
+            f"cache 1\n{'total_' if v1 else ''}inactive_file {inactive * MIB}\n")
+    monkeypatch.setattr(pipeline, "PROC", proc)
+    monkeypatch.setattr(pipeline, "CGROUP_ROOT", cgroups)
+    assert pipeline.available_bytes() == expected * MIB
+    config = ModelConfig.from_dict(TINY_CONFIG)
+    with pytest.raises(EnhancementError, match=f"and {expected} MiB is available"):
+        pipeline.check_window_memory(config, 30 * RATE, RATE, "a.wav")
+
+
+#: name -> (sysctl values, the memory expected available). kern.memorystatus_level is the
+#: percentage of physical memory macOS counts as available (what `memory_pressure` reports).
+MACOS = {
+    "16GB-a-quarter-available": ({"hw.memsize": 16 * GIB, "kern.memorystatus_level": 25},
+                                 4 * GIB),
+    "sysctl-unreadable": ({}, None),
+}
+
+
+@pytest.mark.parametrize("name", sorted(MACOS))
+def test_macos_memory_is_read_as_macos_reports_it(monkeypatch, name, on_cpu):
+    """On a Mac there is no /proc, no cgroup and no SC_AVPHYS_PAGES: the memory check never ran.
+    Now hw.memsize times kern.memorystatus_level (faked here: no macOS call runs on Linux)."""
+    values, expected = MACOS[name]
+    monkeypatch.setattr(sys, "platform", "darwin")
+    monkeypatch.setattr(pipeline, "_sysctl", values.get)
+    assert pipeline.available_bytes() == expected
+    config = ModelConfig.from_dict(TINY_CONFIG)
+    huge = 600 * RATE   # ten minutes in one window: about 9 GiB with the tiny model
+    if expected is None:
+        pipeline.check_window_memory(config, huge, RATE, "a.wav")   # nothing to compare with
+        return
+    with pytest.raises(EnhancementError, match="GiB with this model, and 4.0 GiB is available"):
+        pipeline.check_window_memory(config, huge, RATE, "a.wav")
 
 
 # ------------------------------------------------------------------------------ failures in MLX
