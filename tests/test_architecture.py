@@ -28,7 +28,8 @@ LAYERS = {
 SUBLAYERS = {
     "kernels": {"build": 0, "notices": 0, "contract": 0, "scratch": 0, "sources": 1, "fallback": 1,
                 "compiler": 2, "nvrtc": 2, "gpu": 2, "cuda_packed": 3, "cpu_binding": 3,
-                "cuda_projection": 4, "cuda_conv2d": 5, "cpu_ops": 4, "dispatch": 6, "__init__": 7},
+                "selfcheck": 3, "cuda_projection": 4, "cuda_conv2d": 5, "cpu_ops": 4, "dispatch": 6,
+                "__init__": 7},
     "audio": {"libsndfile": 0, "owners": 0, "pyav": 0, "containers": 0, "info": 0, "outputs": 0,
               "streams": 0, "media": 1, "formats": 1, "read": 2, "sink": 2, "tree": 3,
               "remux": 3, "writers": 4, "__init__": 5},

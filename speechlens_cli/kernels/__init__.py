@@ -32,8 +32,14 @@ Public functions keep the signatures the model code calls:
 
 The conv validates its inputs and falls back to ``mx.conv1d(groups=D)`` cropped to L (one logged
 warning per reason) on a validation or dispatch failure, or when
-``SPEECHLENS_DISABLE_METAL_CONV1D=1`` (alias ``SPEECHLENS_DISABLE_CONV1D_KERNEL=1``). The scan has
-no fallback on GPU backends: a bad input is an internal error (:class:`KernelInputError`).
+``SPEECHLENS_DISABLE_METAL_CONV1D=1`` (alias ``SPEECHLENS_DISABLE_CONV1D_KERNEL=1``). A bad scan
+input is an internal error on every backend (:class:`KernelInputError`).
+
+On a GPU each kernel variant (kernel, template values) is run once on a small random input and
+compared with the MLX-ops path before its first use (``selfcheck``; verdicts kept per machine
+and MLX version in ``verdicts_file()``): a compile error, a run error or a mismatch sends its
+calls to the fallback (the conv's, the scan in MLX ops) with one logged warning;
+``self_check(channels, rank)`` gives every verdict (``speechlens doctor``).
 
 Environment: ``SPEECHLENS_CPU_THREADS`` (CPU threads for the CPU kernels; default: all
 usable cores), ``SPEECHLENS_CPU_ISA`` (which SIMD build of the CPU library runs: best, avx512,
@@ -45,7 +51,7 @@ Modules: ``dispatch`` (the public entry points and which implementation runs), `
 and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba block's
 kernels compiled once per machine and cached), ``cuda_projection`` and ``cuda_conv2d`` (the
 tensor-core kernels), ``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes),
-``fallback`` (MLX ops),
+``fallback`` (MLX ops), ``selfcheck`` (each GPU kernel checked against them before use),
 ``contract`` (accepted shapes), ``sources``, ``build`` (the build description setup.py shares)
 and ``compiler`` (building the CPU library at run time).
 """
@@ -97,10 +103,12 @@ from .dispatch import (  # noqa: E402
     project,
     project_conv,
     selective_scan,
+    self_check,
 )
 from .fallback import conv1d_fallback, selective_scan_ops  # noqa: E402
 from .gpu import CONV_INPUTS, GPU_THREADGROUP, SCAN_INPUTS, THREADGROUP_ENV  # noqa: E402
 from .scratch import lend_scratch, scratch_pool  # noqa: E402
+from .selfcheck import verdicts_file  # noqa: E402
 from .sources import kernel_source_dir  # noqa: E402
 
 __all__ = [
@@ -115,5 +123,5 @@ __all__ = [
     "instance_norm_prelu",
     "kernel_info", "kernel_source_dir", "lend_scratch", "project", "project_conv",
     "scratch_pool",
-    "selective_scan", "selective_scan_ops", "usable_cores",
+    "selective_scan", "selective_scan_ops", "self_check", "usable_cores", "verdicts_file",
 ]

@@ -6,7 +6,7 @@ import os
 
 import mlx.core as mx
 
-from . import cuda_conv2d, cuda_packed, cuda_projection
+from . import cuda_conv2d, cuda_packed, cuda_projection, gpu, selfcheck
 from .contract import (
     CONV_WIDTH,
     D_STATE,
@@ -29,15 +29,7 @@ from .cpu_ops import (
     fusable_dt_proj,
 )
 from .fallback import conv1d_fallback, selective_scan_ops, two_direction_delta_raw
-from .gpu import (
-    CUDA_MAX_DT_RANK,
-    gpu_bimamba_conv,
-    gpu_conv,
-    gpu_conv_works,
-    gpu_scan,
-    launch_description,
-    metal_bimamba_scan,
-)
+from .gpu import CUDA_MAX_DT_RANK, launch_description
 from .notices import warn_once
 
 DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
@@ -96,9 +88,11 @@ def _dispatch_conv(x, weight, bias, silu: bool) -> tuple[mx.array, bool]:
                 return cpu_conv(lib, x, weight, bias, silu), silu
             warn_once("conv-no-cpu-library", "causal_conv1d: no CPU kernel library; "
                       "using mx.conv1d")
-        elif gpu_conv_works(which, int(x.shape[2])):
+        else:
             fuse = silu and which == "cuda"
-            return gpu_conv(x, weight, bias, which, silu=fuse), fuse
+            if selfcheck.works(selfcheck.Variant("causal_conv1d", which, int(x.shape[2]),
+                                                 silu=fuse)):
+                return gpu.gpu_conv(x, weight, bias, which, silu=fuse), fuse
     except Exception as exc:  # noqa: BLE001 - a dispatch failure means: use the fallback
         warn_once(f"conv-dispatch-{which}",
                   f"causal_conv1d: the {which} kernel failed ({exc}); using mx.conv1d")
@@ -130,14 +124,24 @@ def selective_scan(
     which = backend()
     lib = cpu_library() if which == "cpu" else None
     if dt_proj is not None and not _fuses_dt_proj(which, lib, u, delta_raw, dt_proj):
-        weight, bias = dt_proj
-        delta_raw, dt_proj = mx.addmm(bias, delta_raw, weight.T), None
+        delta_raw, dt_proj = _projected(delta_raw, dt_proj), None
     validate_scan(u, delta_raw, A_log, B, C, D, z, dt_proj)
     if which != "cpu":
-        return gpu_scan(u, delta_raw, A_log, B, C, D, z, strict, which, dt_proj=dt_proj)
-    if lib is not None:
+        rank = 0 if dt_proj is None else int(delta_raw.shape[2])
+        if selfcheck.works(selfcheck.Variant("selective_scan", which, int(u.shape[2]),
+                                             strict=strict, rank=rank)):
+            return gpu.gpu_scan(u, delta_raw, A_log, B, C, D, z, strict, which, dt_proj=dt_proj)
+        if dt_proj is not None:
+            delta_raw, dt_proj = _projected(delta_raw, dt_proj), None
+    elif lib is not None:
         return cpu_scan(lib, u, delta_raw, A_log, B, C, D, z, strict, dt_proj=dt_proj)
     return selective_scan_ops(u, delta_raw, A_log, B, C, D, z, strict)
+
+
+def _projected(dt_input: mx.array, dt_proj: tuple[mx.array, mx.array]) -> mx.array:
+    """delta_raw from the dt projection's rank-R input, for a scan that does not apply it."""
+    weight, bias = dt_proj
+    return mx.addmm(bias, dt_input, weight.T)
 
 
 def _fuses_dt_proj(which: str, lib, u, delta_raw, dt_proj) -> bool:
@@ -164,9 +168,10 @@ def bimamba_conv(x: mx.array, weight: mx.array, bias: mx.array) -> mx.array:
                 return y
         if which == "cpu" and (lib := cpu_library()) is not None:
             return cpu_bimamba_conv(lib, x, weight, bias)
-        if which != "cpu" and gpu_conv_works(which, channels):
-            fuse = which == "cuda"  # as in causal_conv1d: SiLU as its own op on Metal
-            y = gpu_bimamba_conv(x, weight, bias, which, silu=fuse)
+        fuse = which == "cuda"  # as in causal_conv1d: SiLU as its own op on Metal
+        if which != "cpu" and selfcheck.works(
+                selfcheck.Variant("bimamba_conv", which, channels, silu=fuse)):
+            y = gpu.gpu_bimamba_conv(x, weight, bias, which, silu=fuse)
             return y if fuse else y * mx.sigmoid(y)
     return mx.stack([in_time_order(causal_conv1d(
         in_time_order(x, k)[..., k * channels:(k + 1) * channels], weight[k], bias[k],
@@ -194,10 +199,12 @@ def bimamba_scan(u: mx.array, x_dbl: mx.array, z: mx.array, A_log: mx.array, D: 
             return y
     if which == "cpu" and (lib := cpu_library()) is not None:
         return cpu_bimamba_scan(lib, u, x_dbl, z, A_log, D, dt_proj, strict)
-    if which == "metal":  # the dt projection as a matmul first, as in selective_scan
-        return metal_bimamba_scan(u, two_direction_delta_raw(x_dbl, dt_proj), z,
-                                  x_dbl[..., rank:rank + n], x_dbl[..., rank + n:], A_log, D,
-                                  strict)
+    if which == "metal" and selfcheck.works(
+            selfcheck.Variant("bimamba_scan", which, channels, strict=strict)):
+        # the dt projection as a matmul first, as in selective_scan
+        return gpu.metal_bimamba_scan(u, two_direction_delta_raw(x_dbl, dt_proj), z,
+                                      x_dbl[..., rank:rank + n], x_dbl[..., rank + n:], A_log,
+                                      D, strict)
     outs = []
     for k in (0, 1):
         dbl = in_time_order(x_dbl[k], k)
@@ -287,6 +294,27 @@ def _packed_works(channels: int) -> bool:
             cuda_packed.mark_unusable(str(exc))
         _packed_probed[channels] = ok
     return _packed_probed[channels] and not cuda_packed.unusable()
+
+
+def self_check(channels: int, rank: int) -> dict[str, str]:
+    """The self-check verdict (selfcheck.py) of each GPU kernel variant a model of `channels`
+    (d_inner) and dt rank `rank` may take here, by name, checked now where no verdict is kept:
+    on Metal the two-direction kernels and the single-direction ones their fallback takes; on
+    CUDA the JIT kernels where the precompiled ones are unavailable; none on the CPU."""
+    which = backend()
+    if which == "cpu" or (which == "cuda" and _packed_works(channels)):
+        return {}
+    fuse = which == "cuda"
+    variants = [] if conv_kernel_disabled() else [
+        selfcheck.Variant(kernel, which, channels, silu=fuse)
+        for kernel in ("bimamba_conv", "causal_conv1d")]
+    for strict in (False, True):
+        if which == "metal":
+            variants.append(selfcheck.Variant("bimamba_scan", which, channels, strict=strict))
+        variants.append(selfcheck.Variant(
+            "selective_scan", which, channels, strict=strict,
+            rank=rank if fuse and rank <= CUDA_MAX_DT_RANK else 0))
+    return {variant.name: selfcheck.verdict(variant) for variant in variants}
 
 
 def kernel_info() -> dict[str, str]:

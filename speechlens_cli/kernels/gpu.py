@@ -1,4 +1,5 @@
-"""The Metal and CUDA kernels: built once per backend through ``mx.fast``, probed before use."""
+"""The Metal and CUDA kernels: built once per backend through ``mx.fast``; selfcheck.py checks
+each variant before the dispatch first launches it."""
 
 from __future__ import annotations
 
@@ -7,8 +8,7 @@ import os
 
 import mlx.core as mx
 
-from .contract import CONV_WIDTH, D_STATE
-from .notices import warn_once
+from .contract import D_STATE
 from .sources import source
 
 # mx.fast kernel signatures (the bodies kernels/*_body.h use these names).
@@ -160,25 +160,3 @@ def launch_description(which: str) -> str:
     return (f"mx.fast.{which}_kernel; {conv}, SiLU as a separate op; scan: "
             f"selective_scan_body.h, threadgroup {threadgroup()}")
 
-
-_conv_probed: dict[tuple[str, int], bool] = {}
-
-
-def gpu_conv_works(which: str, channels: int) -> bool:
-    """Compile and run the conv kernel once per (backend, D) on a tiny input, so a dispatch or
-    compile failure (which MLX reports only at evaluation) turns into the fallback."""
-    key = (which, channels)
-    if key not in _conv_probed:
-        try:
-            x = mx.zeros((1, 2, channels), mx.float32)
-            w = mx.zeros((channels, CONV_WIDTH, 1), mx.float32)
-            bias = mx.zeros((channels,), mx.float32)
-            mx.eval(gpu_conv(x, w, bias, which))
-            if which == "cuda":  # the fused-SiLU variant is a kernel of its own
-                mx.eval(gpu_conv(x, w, bias, which, silu=True))
-            _conv_probed[key] = True
-        except Exception as exc:  # noqa: BLE001 - any failure means: use the fallback
-            _conv_probed[key] = False
-            warn_once(f"conv-dispatch-{which}",
-                      f"causal_conv1d: the {which} kernel failed ({exc}); using mx.conv1d")
-    return _conv_probed[key]

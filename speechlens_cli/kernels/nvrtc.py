@@ -17,10 +17,9 @@ import glob
 import hashlib
 import os
 import sys
-import tempfile
 from pathlib import Path
 
-from .sources import cache_dir
+from .sources import cache_dir, store_in_cache
 
 #: Library names and folders where NVRTC may be: already loaded with MLX, the CUDA wheels'
 #: layout (nvidia/cu13, nvidia/cuda_nvrtc), or a toolkit.
@@ -135,24 +134,6 @@ def cached_cubin(source: str, name: str) -> bytes | None:
     except OSError:
         pass
     cubin = compile_cubin(lib, source, name, arch)
-    _store(path, cubin)
+    store_in_cache(path, cubin)
     return cubin
 
-
-def _store(path: Path, data: bytes) -> None:
-    tmp = None
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        with os.fdopen(fd, "wb") as out:
-            out.write(data)
-        os.replace(tmp, path)
-        tmp = None
-    except OSError:
-        pass
-    finally:
-        if tmp is not None:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass

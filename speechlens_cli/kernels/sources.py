@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
+import tempfile
 from pathlib import Path
 
 from . import build
@@ -46,3 +47,25 @@ def cache_dir() -> Path:
         return Path(root)
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "speechlens"
+
+
+def store_in_cache(path: Path, data: bytes) -> None:
+    """Write `data` to `path` in the cache folder whole or not at all (a temporary file beside
+    it, then os.replace, so a reader or another writer never sees a part). A cache that cannot
+    be written is left as it is: it costs the next process the work again, nothing more."""
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+        os.replace(tmp, path)
+        tmp = None
+    except OSError:
+        pass
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
