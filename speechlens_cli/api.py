@@ -27,7 +27,6 @@ from .pipeline import (
     DEFAULT_DEVICE,
     DEFAULT_OVERLAP,
     DEVICES,
-    Geometry,
     ProgressFn,
     check_atten_lim,
     check_settings,
@@ -35,6 +34,7 @@ from .pipeline import (
     enhance_stream,
     mix_original,
     original_share,
+    plan_windows,
 )
 from .results import FileResult, Status
 
@@ -218,7 +218,7 @@ def run_plan(
     model: SEMamba,
     *,
     strict: bool = False,
-    chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
     overlap: float = DEFAULT_OVERLAP,
     progress: ProgressFn | None = None,
     atten_lim_db: float | None = None,
@@ -227,8 +227,8 @@ def run_plan(
     `atten_lim_db` keeps some of the original (pipeline.mix_original)."""
     rate = plan.info.sample_rate
     check_length(model, plan.info.frames, rate, f"{plan.name}:")
-    geometry = Geometry.from_seconds(chunk_seconds, overlap, rate)
-    check_window_memory(model.config, min(geometry.chunk, plan.info.frames), rate, plan.name)
+    geometry = plan_windows(model.config, plan.info.frames, rate, chunk_seconds, overlap,
+                            plan.name)
     started = time.perf_counter()
     audio_io.make_folders(plan.destination.parent, plan.root)
     with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:
@@ -250,7 +250,7 @@ def enhance_file(
     model: ModelSpec = None,
     strict: bool = False,
     overwrite: bool = False,
-    chunk_seconds: float = DEFAULT_CHUNK_SECONDS,
+    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
     overlap: float = DEFAULT_OVERLAP,
     subtype: str | None = None,
     progress: ProgressFn | None = None,

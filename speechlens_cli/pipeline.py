@@ -30,8 +30,15 @@ from .audio import AudioInfo, OutputFormat, open_reader, open_sink, read_block
 from .errors import AudioInputError, EnhancementError, UsageError
 from .model.config import ModelConfig
 
-DEFAULT_CHUNK_SECONDS = 5.0
+#: No forced window length: each file gets the longest windows the memory budget allows, up to
+#: MAX_WINDOW_SECONDS (plan_windows).
+DEFAULT_CHUNK_SECONDS: float | None = None
 CHUNK_SECONDS_RANGE = (5.0, 30.0)
+#: A file up to this long that the memory budget holds runs as one window, as NVIDIA's scripts
+#: run every file: no cross-fade work (a 6-s file in 5-s windows cost 1.7 times the model work
+#: of one window), and the output is the whole-file result. Longer files run in windows of this
+#: length, the longest measured (30 s at 48 kHz: 3.3 GB on an H200, 8.7 GB on a CPU).
+MAX_WINDOW_SECONDS = CHUNK_SECONDS_RANGE[1]
 DEFAULT_OVERLAP = 0.05
 OVERLAP_RANGE = (0.0, 0.5)
 DEVICES = ("auto", "gpu", "cpu")
@@ -89,10 +96,10 @@ class Geometry:
         return starts
 
 
-def check_settings(chunk_seconds: float, overlap: float) -> None:
-    """The CLI's and the API's accepted window geometry."""
+def check_settings(chunk_seconds: float | None, overlap: float) -> None:
+    """The CLI's and the API's accepted window geometry (chunk_seconds None: plan_windows')."""
     low, high = CHUNK_SECONDS_RANGE
-    if not low <= chunk_seconds <= high:
+    if chunk_seconds is not None and not low <= chunk_seconds <= high:
         raise UsageError(f"chunk length {chunk_seconds:g} s is outside {low:g}-{high:g} s")
     low, high = OVERLAP_RANGE
     if not low <= overlap <= high:
@@ -229,18 +236,57 @@ def _sysctl(name: str) -> int | None:
     return value.value   # a 4-byte int fills the low half (Macs are little-endian)
 
 
+def _host_memory_budget() -> int | None:
+    """What a window may take where the model runs in host memory (the CPU, Apple's unified
+    memory); None elsewhere (a CUDA GPU's own memory) or where nothing can be read."""
+    if mx.default_device() != mx.cpu and not mx.metal.is_available():
+        return None
+    return available_bytes()
+
+
 def check_window_memory(cfg: ModelConfig, samples: int, sample_rate: int, name: str) -> None:
     """Refuse, before MLX allocates, a window the machine cannot hold: the CPU backend does not
     fail an allocation, it dies of it (SIGSEGV, exit 139, the temporary output left). The
     check applies where the model runs in host memory (the CPU, Apple's unified memory)."""
-    if mx.default_device() != mx.cpu and not mx.metal.is_available():
-        return
-    need, have = window_bytes(cfg, samples, sample_rate), available_bytes()
+    have = _host_memory_budget()
+    need = window_bytes(cfg, samples, sample_rate)
     if have is not None and need > have:
         raise EnhancementError(
             f"{name}: a window of {samples / sample_rate:g} s at {sample_rate} Hz needs about "
             f"{_size(need)} with this model, and {_size(max(have, 0))} is available: use "
             "shorter windows (--chunk-seconds) or free memory")
+
+
+def plan_windows(cfg: ModelConfig, frames: int, sample_rate: int, chunk_seconds: float | None,
+                 overlap: float, name: str) -> Geometry:
+    """The windows of a file of `frames`. A forced `chunk_seconds` is taken as it is. Without
+    one, a file of at most MAX_WINDOW_SECONDS runs as one window, and a longer one in windows of
+    that length, each shortened where the memory budget (check_window_memory's) holds less,
+    down to the shortest window allowed; a window that does not fit then is refused as
+    check_window_memory refuses it."""
+    if chunk_seconds is None:
+        longest = min(frames, round(MAX_WINDOW_SECONDS * sample_rate))
+        shortest = min(frames, round(CHUNK_SECONDS_RANGE[0] * sample_rate))
+        room = _host_memory_budget()
+        if room is not None and window_bytes(cfg, longest, sample_rate) > room:
+            longest = _longest_fitting(cfg, sample_rate, shortest, longest, room)
+        geometry = (Geometry(frames, 0) if longest == frames
+                    else Geometry(longest, int(overlap * longest)))
+    else:
+        geometry = Geometry.from_seconds(chunk_seconds, overlap, sample_rate)
+    check_window_memory(cfg, min(geometry.chunk, frames), sample_rate, name)
+    return geometry
+
+
+def _longest_fitting(cfg: ModelConfig, sample_rate: int, low: int, high: int, room: int) -> int:
+    """The longest window in [low, high] samples whose window_bytes fit `room` (low if none)."""
+    while low < high:
+        middle = (low + high + 1) // 2
+        if window_bytes(cfg, middle, sample_rate) <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return low
 
 
 def _size(count: int) -> str:

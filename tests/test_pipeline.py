@@ -21,9 +21,8 @@ import soundfile as sf
 from speechlens_cli import checkpoint
 from speechlens_cli.api import enhance_channels, enhance_file
 from speechlens_cli.audio import OutputFormat
-from speechlens_cli.errors import AudioInputError, UsageError
+from speechlens_cli.errors import AudioInputError, EnhancementError, UsageError
 from speechlens_cli.pipeline import (
-    DEFAULT_CHUNK_SECONDS,
     DEFAULT_OVERLAP,
     Geometry,
     check_atten_lim,
@@ -77,8 +76,7 @@ def test_window_starts(frames, geometry, starts):
 
 
 def test_geometry_from_seconds_and_limits():
-    assert Geometry.from_seconds(DEFAULT_CHUNK_SECONDS, DEFAULT_OVERLAP, 16000) == \
-        Geometry(80000, 4000)
+    assert Geometry.from_seconds(5.0, DEFAULT_OVERLAP, 16000) == Geometry(80000, 4000)
     assert Geometry.from_seconds(5.0, 0.5, 44100) == Geometry(220500, 110250)
     with pytest.raises(UsageError):
         Geometry(800, 401)   # a fade longer than half a window would overlap the next fade
@@ -331,6 +329,58 @@ def test_formats_keep_subtype_rate_and_samples(tmp_path, tiny_checkpoint, model,
 def test_api_checks_the_window_settings(tmp_path, model):
     with pytest.raises(UsageError, match="chunk length"):
         enhance_file(tmp_path / "a.wav", tmp_path / "b.wav", model=model, chunk_seconds=1.0)
+
+
+# ------------------------------------------------------------------------------ window policy
+
+def test_a_file_up_to_30_s_runs_as_one_window_longer_ones_in_30_s_windows(model, on_cpu,
+                                                                        monkeypatch):
+    """The default (no --chunk-seconds): the whole file as one window, no cross-fade, up to
+    30 s; beyond, 30-s windows with the default overlap; a forced length as before."""
+    from speechlens_cli import pipeline
+
+    monkeypatch.setattr(pipeline, "available_bytes", lambda: None)  # nothing to bound it here
+    cfg = model.config
+
+    def plan(frames: int, chunk_seconds: float | None = None) -> Geometry:
+        return pipeline.plan_windows(cfg, frames, RATE, chunk_seconds, DEFAULT_OVERLAP, "a.wav")
+
+    assert plan(400) == Geometry(400, 0)
+    assert plan(7 * RATE) == Geometry(7 * RATE, 0)
+    assert plan(30 * RATE) == Geometry(30 * RATE, 0)
+    assert plan(30 * RATE + 1) == Geometry(30 * RATE, int(DEFAULT_OVERLAP * 30 * RATE))
+    assert plan(7 * RATE, 5.0) == Geometry.from_seconds(5.0, DEFAULT_OVERLAP, RATE)
+
+
+def test_without_room_for_a_whole_file_the_windows_are_the_longest_that_fit(model, on_cpu,
+                                                                          monkeypatch):
+    """Where the memory budget holds less than the file (host memory: the CPU, a Mac), the
+    windows are the longest that fit, never below 5 s; below that, the window is refused in
+    one line before MLX allocates, as a forced length is."""
+    from speechlens_cli import pipeline
+
+    cfg = model.config
+    room = pipeline.window_bytes(cfg, 12 * RATE, RATE)
+    monkeypatch.setattr(pipeline, "available_bytes", lambda: room)
+    geometry = pipeline.plan_windows(cfg, 20 * RATE, RATE, None, DEFAULT_OVERLAP, "a.wav")
+    assert pipeline.window_bytes(cfg, geometry.chunk, RATE) <= room
+    assert pipeline.window_bytes(cfg, geometry.chunk + 1000, RATE) > room
+    assert 11 * RATE < geometry.chunk <= 12 * RATE + 1000
+    assert geometry.overlap == int(DEFAULT_OVERLAP * geometry.chunk)
+    monkeypatch.setattr(pipeline, "available_bytes",
+                        lambda: pipeline.window_bytes(cfg, 4 * RATE, RATE))
+    with pytest.raises(EnhancementError, match="a.wav: a window of 5 s at 8000 Hz needs"):
+        pipeline.plan_windows(cfg, 20 * RATE, RATE, None, DEFAULT_OVERLAP, "a.wav")
+
+
+def test_a_file_alone_is_the_whole_file_result(tmp_path, model):
+    """enhance_file's default on a 7-s file is the model on the whole signal, bit for bit, as
+    NVIDIA's scripts compute it (5-s windows made it two windows and a cross-fade)."""
+    src, dst = tmp_path / "in.wav", tmp_path / "out.wav"
+    x = write_input(src, noisy_speech(RATE, 7.0, seed=8)[:, None])
+    result = enhance_file(src, dst, model=model)
+    assert result["windows"] == 1
+    np.testing.assert_array_equal(read_output(dst), enhance_channels(model, x, RATE, False))
 
 
 # ------------------------------------------------------------------------------ memory

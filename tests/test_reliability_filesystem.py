@@ -201,7 +201,8 @@ def test_disk_full_during_write_keeps_the_old_output(tmp_path, tiny_checkpoint, 
     dst = tmp_path / "out.wav"
     dst.write_bytes(b"the previous output")
     _failing_writes(monkeypatch, after, OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
-    result = invoke("enhance", src, dst, "--model", tiny_checkpoint, "--overwrite")
+    result = invoke("enhance", src, dst, "--model", tiny_checkpoint, "--overwrite",
+                    "--chunk-seconds", "5")
     assert result.exit_code == 1
     assert f"{dst}: write failed (No space left on device)" in one_error_line(result.stderr)
     assert dst.read_bytes() == b"the previous output" and not leftovers(tmp_path)

@@ -152,8 +152,8 @@ INPUT_CASES: dict[str, Case] = {
     "minus-inf-sample": Case(_samples(np.where(np.arange(4000) == 3999, -np.inf, _NOISE)
                                       .astype(np.float32), "FLOAT"), "contains NaN or Inf"),
     "nan-in-the-last-window": Case(
-        _samples(np.where(np.arange(42_000) == 41_000, np.nan,   # 5-s windows at 0 and 2000
-                          np.resize(_NOISE, 42_000)).astype(np.float32), "FLOAT"),
+        _samples(np.where(np.arange(248_000) == 247_000, np.nan,  # 30-s windows at 0, 8000
+                          np.resize(_NOISE, 248_000)).astype(np.float32), "FLOAT"),
         "contains NaN or Inf"),
     "finite-but-1e20": Case(_samples((_NOISE * 1e20).astype(np.float32), "FLOAT"),
                             "the model output NaN or Inf for the window at 0.00 s"),

@@ -12,10 +12,12 @@ from .. import api, checkpoint, distributed
 from .. import audio as audio_io
 from ..errors import BatchFailedError, OutputError, SpeechlensError, UsageError
 from ..pipeline import (
+    CHUNK_SECONDS_RANGE,
     DEFAULT_CHUNK_SECONDS,
     DEFAULT_DEVICE,
     DEFAULT_OVERLAP,
     DEVICES,
+    MAX_WINDOW_SECONDS,
     check_atten_lim,
     check_settings,
 )
@@ -85,8 +87,11 @@ failed, 130 interrupted. Every failure is one line on stderr; no partial output 
               help="Hugging Face repo id, checkpoint folder or .safetensors file "
                    "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
 @click.option("--strict-mode", is_flag=True, help="Numerically strictest scan.")
-@click.option("--chunk-seconds", type=float, default=DEFAULT_CHUNK_SECONDS,
-              help="Window length in seconds (5-30).")
+@click.option("--chunk-seconds", type=float, default=DEFAULT_CHUNK_SECONDS, show_default=False,
+              help=f"Force windows of this many seconds ({CHUNK_SECONDS_RANGE[0]:g}-"
+                   f"{CHUNK_SECONDS_RANGE[1]:g}) [default: each file whole up to "
+                   f"{MAX_WINDOW_SECONDS:g} s, longer ones in {MAX_WINDOW_SECONDS:g}-s windows; "
+                   "shorter where memory is short].")
 @click.option("--overlap", type=float, default=DEFAULT_OVERLAP,
               help="Cross-fade between windows, as a fraction of the window (0-0.5).")
 @click.option("--atten-lim", "atten_lim_db", type=float, default=None, metavar="DB",

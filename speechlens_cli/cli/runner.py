@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from .. import api
 from .. import audio as audio_io
 from ..errors import OutputError, OutputExistsError, SpeechlensError
+from ..pipeline import MAX_WINDOW_SECONDS
 from ..results import FileResult, Status
 from . import interrupts
 from .jobs import Job
@@ -21,7 +22,7 @@ class EnhanceOptions:
     model_spec: str | None
     device: str
     strict: bool
-    chunk_seconds: float
+    chunk_seconds: float | None
     overlap: float
     overwrite: bool
     skip_existing: bool
@@ -72,9 +73,11 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
             continue
         if model is None:
             model = api.get_model(options.model_spec)
+            windows = (f"windows of {options.chunk_seconds:g} s" if options.chunk_seconds
+                       else f"each file whole up to {MAX_WINDOW_SECONDS:g} s")
             reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on "
-                          f"{options.device}; windows of {options.chunk_seconds:g} s, overlap "
-                          f"{options.overlap:g}", verbose=True)
+                          f"{options.device}; {windows}, overlap {options.overlap:g}",
+                          verbose=True)
         reporter.note(f"{job.name}: {plan.info.frames} frames, {plan.info.sample_rate} Hz, "
                       f"{plan.info.channels} ch, {plan.output.format}/{plan.output.subtype}",
                       verbose=True)
