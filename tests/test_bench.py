@@ -278,12 +278,12 @@ def test_startup_times_whole_processes_against_the_peer(tiny_checkpoint, tmp_pat
     assert "| stand-in peer |" in (tmp_path / "startup.md").read_text()
 
 
-def test_startup_fails_with_the_processes_own_error():
-    from speechlens_cli.bench import startup
+def test_a_timed_process_fails_with_its_own_error():
+    from speechlens_cli.bench import runner
 
     failing = [sys.executable, "-c", "import sys; print('boom', file=sys.stderr); sys.exit(3)"]
     with pytest.raises(RuntimeError, match="x exited with 3: boom"):
-        startup._timed(failing, "x", lambda _line: None)
+        runner.timed_process(failing, "x", lambda _line: None)
 
 
 def test_startup_targets_follow_the_backend_and_file():
@@ -303,3 +303,47 @@ def test_startup_targets_follow_the_backend_and_file():
     assert judged("cpu", 1.0, 16000, 10.0, 26.0)[0][1] == "NO"
     assert judged("cpu", 1.0, 16000, 10.0, None)[0][1] == "not run"
     assert judged("cpu", 2.0, 16000, 10.0, 26.0) == []  # no target names that file
+
+
+def test_corpus_times_whole_processes_over_a_generated_folder(tiny_checkpoint, tmp_path,
+                                                              monkeypatch):
+    """`bench --corpus` writes a corpus of varied lengths and times whole processes over it:
+    speechlens cold (an empty cache folder) and warm, speechlens on one file of the same audio,
+    and the peer's per-file loop (a stand-in that copies the folder, so torch is not needed)."""
+    from speechlens_cli.bench import corpus
+
+    def stand_in(_ckpt, folder, out, _rate, _backend, _device):
+        copy = f"import shutil; shutil.copytree({str(folder)!r}, {str(out)!r})"
+        return "stand-in peer", [sys.executable, "-c", copy]
+
+    monkeypatch.setattr(corpus, "_peer", stand_in)
+    result = CliRunner().invoke(main, [
+        "bench", "--corpus", "8000:3:0.3-0.6", "--model", str(tiny_checkpoint), "--device",
+        "cpu", "--out", str(tmp_path), "--name", "corpus"])
+    assert result.exit_code == 0, result.output
+    report = json.loads((tmp_path / "corpus.json").read_text())
+    (c,) = report["corpora"]
+    assert c["files"] == 3 and 0.9 <= c["audio_seconds"] <= 1.8
+    assert list(c["sides"]) == ["cold", "warm", "one file", "stand-in peer"]
+    for name in ("cold", "warm", "one file"):  # whole Python processes with MLX, not stubs
+        side = c["sides"][name]
+        assert len(side["times_s"]) == 1 and side["median_s"] > 0.1
+        assert side["rss_peak_bytes"] > 50 * 2**20
+        assert side["audio_s_per_s"] == pytest.approx(c["audio_seconds"] / side["median_s"])
+    warm, one = c["sides"]["warm"]["median_s"], c["sides"]["one file"]["median_s"]
+    assert c["per_file_overhead_s"] == pytest.approx((warm - one) / 3)
+    assert c["speedup_cold"] == pytest.approx(
+        c["sides"]["stand-in peer"]["median_s"] / c["sides"]["cold"]["median_s"])
+    (target,) = report["targets"]
+    assert target["target"] == "3 files of 0.3-0.6 s at 8000 Hz: <= 1.2x one file of the same " \
+        "audio (warm)"
+    assert "| stand-in peer |" in (tmp_path / "corpus.md").read_text()
+
+
+@pytest.mark.parametrize("spec", ["16000", "16000:x:1-2", "16000:3:2-1", "16000:0:1-2",
+                                  "4000:3:1-2"])
+def test_a_bad_corpus_is_one_usage_line(tmp_path, spec):
+    result = CliRunner().invoke(main, ["bench", "--corpus", spec, "--device", "cpu", "--out",
+                                       str(tmp_path)])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.strip().count("\n") == 0 and "error:" in result.stderr, result.stderr

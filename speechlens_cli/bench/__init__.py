@@ -99,10 +99,16 @@ def _now() -> str:
               help="[default: 1 on the CPU, 5 on a GPU]")
 @click.option("--startup-rate", type=int, default=None,
               help="[default: 16000 on the CPU, 44100 on a GPU]")
+@click.option("--corpus", "corpora", multiple=True, metavar="RATE:COUNT:MIN-MAX",
+              help="Instead of the timing matrix, time whole processes over a generated corpus "
+                   "of COUNT files of MIN-MAX seconds at RATE Hz (repeatable): speechlens cold "
+                   "and warm, one file of the same audio, the peer's per-file loop; --trials "
+                   "rounds [default: 3 on a GPU, 1 on the CPU]. 'default' runs "
+                   "16000:200:1-20 and 44100:60:2-30 on a GPU, 16000:60:0.5-2 on the CPU.")
 def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, peer_cases,
                   peer_warmup, peer_trials, peer_device, overlap, model, device, out_dir, name,
                   profile, profile_rate, profile_seconds, profile_runs, profile_warmup,
-                  profile_strict, startup, startup_seconds, startup_rate):
+                  profile_strict, startup, startup_seconds, startup_rate, corpora):
     """Time speechlens end to end (and the PyTorch peer); write JSON + Markdown reports."""
     from . import cases as matrix
 
@@ -140,6 +146,9 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
     if startup:
         _startup(model, out_dir, name, startup_seconds, startup_rate, trials, peer, peer_device,
                  gpu, log)
+        return
+    if corpora:
+        _corpus(model, out_dir, name, corpora, trials, peer, peer_device, gpu, log)
         return
     kind = "gpu" if gpu else "cpu"
     _bench(patterns or matrix.DEFAULT_CASES[kind], warmup, trials, budget_s, peer,
@@ -263,6 +272,38 @@ def _startup(model, out_dir, name, seconds, rate, trials, peer, peer_device, gpu
         report["startup"] = run_startup(ckpt, kernels.backend(), seconds, rate,
                                         trials or DEFAULT_TRIALS, peer, peer_device, log)
     report["targets"] = rep.startup_targets(report)
+    _finish(report, out_dir, name, log)
+
+
+
+def _corpus(model, out_dir, name, corpora, rounds, peer, peer_device, gpu, log):
+    import tempfile
+
+    from .. import checkpoint, kernels
+    from . import report as rep
+    from .corpus import DEFAULT_CORPORA, CorpusSpec, run_corpus
+    from .environment import environment, machine_kind
+    from .inputs import bench_checkpoint
+
+    if "default" in corpora:
+        corpora = DEFAULT_CORPORA["gpu" if gpu else "cpu"]
+    specs = [CorpusSpec.parse(text) for text in corpora]
+    machine = machine_kind()
+    name = name or f"{machine}-corpus"
+    report = {"schema": 1, "kind": "corpus", "machine": machine, "started": _now(),
+              "environment": environment(), "corpora": []}
+    with tempfile.TemporaryDirectory(prefix="speechlens-bench-ckpt-") as tmp:
+        ckpt = bench_checkpoint(model, Path(tmp))
+        report["checkpoint"] = ckpt.description
+        cfg = checkpoint.inspect(ckpt.spec, download=False).config
+        report["architecture"] = rep.architecture(cfg)
+        for spec in specs:
+            log(f"speechlens bench --corpus on {machine}: {spec}")
+            report["corpora"].append(run_corpus(ckpt, kernels.backend(), spec,
+                                                rounds or (3 if gpu else 1), peer, peer_device,
+                                                log))
+            report["targets"] = rep.corpus_targets(report)
+            rep.write(report, out_dir, name)
     _finish(report, out_dir, name, log)
 
 

@@ -24,6 +24,7 @@ import os
 import time
 
 import numpy as np
+import soundfile as sf
 
 
 def main(argv: list[str]) -> int:
@@ -65,10 +66,18 @@ def main(argv: list[str]) -> int:
         torch.cuda.reset_peak_memory_stats()
     rss_before = runner.rss_now()
     runner.reset_rss_peak()
-    src, dst = Path(args["src"]), Path(args["dst"])
-    timing = runner.time_runs(
-        lambda: runner.stream(src, dst, window_fn, rate, args["window"], args["overlap"]),
-        args["warmup"], args["trials"], args["budget_s"], log, args["label"])
+    def one_file(src: Path, dst: Path, window_s: float) -> int:
+        return runner.stream(src, dst, window_fn, rate, window_s, args["overlap"])
+
+    def each_file() -> int:
+        """A corpus (bench --corpus): every file as one window, in one loop."""
+        return sum(one_file(Path(f["src"]), Path(f["dst"]), sf.info(f["src"]).duration)
+                   for f in args["files"])
+
+    run = each_file if "files" in args else (
+        lambda: one_file(Path(args["src"]), Path(args["dst"]), args["window"]))
+    timing = runner.time_runs(run, args["warmup"], args["trials"], args["budget_s"], log,
+                              args["label"])
     info = {cases.PLAIN_PEER: (f"PyTorch {torch.__version__} on {torch_peer.device_name(device)}, "
                                "in a "
                      "process of its own; speechlens_cli/bench/torch_peer.py: per-step Python "

@@ -27,6 +27,12 @@ GPU_STARTUP_SECONDS = 2.0
 GPU_STARTUP_FILE = (5.0, 44100)
 CPU_STARTUP_FILE = (1.0, 16000)
 #: The targets are about the full-size architecture (the real checkpoint's).
+#: Corpus targets (bench --corpus): on a GPU the peer's per-file loop over speechlens's whole
+#: process, cold and warm, and what a file costs beyond its audio's model time; on the CPU the
+#: corpus against one file of the same audio.
+CORPUS_SPEEDUP = {"cold": 2.5, "warm": 3.0}
+CORPUS_OVERHEAD_S = 0.010
+CPU_CORPUS_OVER_ONE_FILE = 1.2
 FULL_SIZE = {"num_tfmamba": 30, "hid_feature": 64, "d_inner": 256, "d_state": 16}
 
 
@@ -176,6 +182,34 @@ def startup_targets(report: dict) -> list[dict]:
     return rows
 
 
+def corpus_targets(report: dict) -> list[dict]:
+    """The corpus targets that apply to this backend (the GPU's need the full-size model)."""
+    backend = report["environment"].get("mlx backend", "cpu")
+    if backend == "cpu":
+        return [{"target": f"{c['corpus']}: <= {CPU_CORPUS_OVER_ONE_FILE:g}x one file of the "
+                           "same audio (warm)",
+                 "measured": f"{c['corpus_over_one_file']:.2f}x",
+                 "met": "yes" if c["corpus_over_one_file"] <= CPU_CORPUS_OVER_ONE_FILE else "NO"}
+                for c in report["corpora"]]
+    if (not_full := _not_full_size(report)) is not None:
+        return not_full
+    rows = []
+    for c in report["corpora"]:
+        for when, ratio in CORPUS_SPEEDUP.items():
+            measured = c.get(f"speedup_{when}")
+            rows.append({"target": f"{c['corpus']}: >= {ratio:g}x the peer's per-file loop, "
+                                   f"speechlens {when}",
+                         "measured": "peer not run" if measured is None else f"{measured:.2f}x",
+                         "met": "not run" if measured is None else
+                         ("yes" if measured >= ratio else "NO")})
+        overhead = c["per_file_overhead_s"]
+        rows.append({"target": f"{c['corpus']}: per-file overhead <= "
+                               f"{CORPUS_OVERHEAD_S * 1000:g} ms",
+                     "measured": f"{overhead * 1000:.1f} ms",
+                     "met": "yes" if overhead <= CORPUS_OVERHEAD_S else "NO"})
+    return rows
+
+
 def write(report: dict, out_dir: Path, name: str) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     json_path, md_path = out_dir / f"{name}.json", out_dir / f"{name}.md"
@@ -238,6 +272,8 @@ def markdown(report: dict) -> str:
         return profile_markdown(report)
     if report.get("kind") == "startup":
         return startup_markdown(report)
+    if report.get("kind") == "corpus":
+        return corpus_markdown(report)
     lines = _header(report, "speechlens benchmark")
     settings = report["settings"]
     lines += ["", "## Settings", ""]
@@ -365,5 +401,34 @@ def startup_markdown(report: dict) -> str:
                   (f"Speedup (peer median / speechlens median): {s['speedup']:.2f}x. Parity: "
                    f"waveform relative RMSE of the peer's output against speechlens's "
                    f"{s['parity_rel_rmse']:.1e}.")]
+    lines += _targets_table(report)
+    return "\n".join(lines) + "\n"
+
+
+def corpus_markdown(report: dict) -> str:
+    lines = _header(report, "speechlens corpus benchmark")
+    lines += ["", "## Method", "",
+              (f"Checkpoint: {report['checkpoint'].rstrip('.')}. Each side is a whole process, "
+               "timed from its start to its exit, with its peak RSS: speechlens cold (an empty "
+               "cache folder, XDG_CACHE_HOME), warm (that cache again), on one file holding all "
+               "of the corpus's audio, and the peer as one process looping over the files, "
+               "each as one window. The sides alternate in each round. Per-file overhead = "
+               "(warm corpus - one file) / files.")]
+    for c in report["corpora"]:
+        lines += ["", f"## {c['corpus']}", "",
+                  (f"{c['audio_seconds']:.1f} s of audio ({c['fixture']}); `{c['command']}`; "
+                   f"{c['trials']} round(s); load average {c['load_at_start'].split()[0]} at the "
+                   f"start, {c['load_at_end'].split()[0]} at the end."), "",
+                  "| side | rounds s | median s | audio s per s | peak RSS MiB |",
+                  "|---|---|---:|---:|---:|"]
+        for side, r in c["sides"].items():
+            rounds = ", ".join(f"{t:.2f}" for t in r["times_s"])
+            lines.append(f"| {side} | {rounds} | {r['median_s']:.2f} | "
+                         f"{r['audio_s_per_s']:.1f} | {_mib(r['rss_peak_bytes'])} |")
+        lines += ["", (f"Per-file overhead {c['per_file_overhead_s'] * 1000:.1f} ms; warm corpus "
+                       f"over one file {c['corpus_over_one_file']:.2f}x"
+                       + (f"; the peer over speechlens {c['speedup_cold']:.2f}x cold, "
+                          f"{c['speedup_warm']:.2f}x warm" if "peer" in c else "; no peer")
+                       + ".")]
     lines += _targets_table(report)
     return "\n".join(lines) + "\n"

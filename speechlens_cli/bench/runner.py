@@ -313,6 +313,25 @@ def _timing_fields(timing: Timing, seconds: float) -> dict:
             "note": timing.note}
 
 
+def timed_process(argv: list[str], label: str, log: Log,
+                  env: dict[str, str] | None = None) -> tuple[float, int]:
+    """(seconds from start to exit, peak RSS in bytes) of a process that must succeed."""
+    started = time.perf_counter()
+    process = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                               text=True, env=env)
+    with process.stderr:
+        stderr = process.stderr.read()
+    _, status, usage = os.wait4(process.pid, 0)
+    elapsed = time.perf_counter() - started
+    process.returncode = os.waitstatus_to_exitcode(status)
+    if process.returncode != 0:
+        last = (stderr.strip().splitlines() or ["no message"])[-1]
+        raise RuntimeError(f"{label} exited with {process.returncode}: {last}")
+    peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
+    log(f"  {label}: {elapsed:.3f} s, peak RSS {peak / 2**20:,.0f} MiB")
+    return elapsed, peak
+
+
 def peer_argv(script: str, args: dict) -> list[str]:
     """The command line that runs a peer script of this folder in a process of its own."""
     return [sys.executable, str(Path(__file__).with_name(script)), json.dumps(args)]

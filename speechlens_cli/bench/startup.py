@@ -12,10 +12,8 @@ second run does. The outputs of the last runs are compared (waveform relative RM
 from __future__ import annotations
 
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -25,23 +23,11 @@ from . import cases as matrix
 from . import report
 from .environment import load_average
 from .inputs import BenchCheckpoint, bench_speech
-from .runner import Log, nvidia_peer_missing, peer_argv, rel_rmse
+from .runner import Log, nvidia_peer_missing, peer_argv, rel_rmse, timed_process
 
 #: (seconds, rate) of the file, per backend: the files the start-up targets name.
 DEFAULT_FILE = {"gpu": report.GPU_STARTUP_FILE, "cpu": report.CPU_STARTUP_FILE}
 DEFAULT_TRIALS = 3
-
-
-def _timed(argv: list[str], label: str, log: Log) -> float:
-    t0 = time.perf_counter()
-    proc = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                          check=False)
-    elapsed = time.perf_counter() - t0
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeError(f"{label} exited with {proc.returncode}: {last}")
-    log(f"  {label}: {elapsed:.3f} s")
-    return elapsed
 
 
 def _peer(ckpt: BenchCheckpoint, src: Path, out: Path, rate: int, seconds: float,
@@ -89,10 +75,11 @@ def run_startup(ckpt: BenchCheckpoint, backend: str, seconds: float, rate: int, 
             sides[name] = argv
         times: dict[str, list[float]] = {side: [] for side in sides}
         for side, argv in sides.items():
-            _timed(argv, f"{side}: untimed first run", log)
+            timed_process(argv, f"{side}: untimed first run", log)
         for trial in range(trials):
             for side, argv in sides.items():
-                times[side].append(_timed(argv, f"{side}: trial {trial + 1}/{trials}", log))
+                times[side].append(timed_process(
+                    argv, f"{side}: trial {trial + 1}/{trials}", log)[0])
         body["speechlens_times_s"] = times.pop("speechlens")
         body["speechlens_median_s"] = statistics.median(body["speechlens_times_s"])
         if peer:
