@@ -193,6 +193,9 @@ def plan_file(
     name = name or str(source)
     info = audio_io.read_info(source, name, track)
     check_sample_rate(info.sample_rate, name)
+    problem = audio_io.name_problem(destination)
+    if problem:
+        raise OutputError(f"{destination}: {problem}")
     audio_io.check_no_links(root, destination.parent)
     if audio_io.same_file(source, destination):
         raise UsageError(f"{destination}: is the input itself; choose another output")

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -97,13 +98,13 @@ def resolve(spec: str | os.PathLike | None = None, *, download: bool = True) -> 
     tried first, so a cached model never touches the network.
     """
     spec = model_spec(spec)
-    path = Path(spec).expanduser()
-    if path.is_dir():
+    path, mode = local_path(spec)
+    if mode is not None and stat.S_ISDIR(mode):
         weights = path / WEIGHTS_FILE
         if not weights.is_file():
             raise ModelNotFoundError(f"{path}: no {WEIGHTS_FILE} in this folder")
         return CheckpointFiles(weights, _config_beside(path / CONFIG_FILE), str(path))
-    if path.is_file():
+    if mode is not None and stat.S_ISREG(mode):
         return CheckpointFiles(path, _config_beside(path.with_name(CONFIG_FILE)), str(path))
     if not is_repo_id(spec):
         raise ModelNotFoundError(f"{spec}: no such checkpoint file or folder")
@@ -128,11 +129,34 @@ def model_spec(spec: str | os.PathLike | None = None) -> str:
     return str(spec)
 
 
+def local_path(spec: str) -> tuple[Path, int | None]:
+    """`spec` as a local path, and the mode of what is there (None: nothing). A name no file
+    can have (longer than the system takes, "~" of a user who does not exist) is a usage error,
+    and what the system refuses to look at (a link loop, no permission) cannot be read: one
+    line each, where Path's own checks raise."""
+    try:
+        path = Path(spec).expanduser()
+    except RuntimeError:   # "~name" with no such user
+        user = spec[1:].split("/")[0]
+        raise UsageError(f"{spec}: there is no user {user!r} for '~{user}' to name") from None
+    try:
+        return path, os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return path, None
+    except ValueError:   # an embedded NUL
+        raise UsageError(f"{spec!r}: not a file name (it holds a NUL)") from None
+    except OSError as error:
+        if error.errno == errno.ENAMETOOLONG:
+            raise UsageError(f"{spec}: no file can have this name ({error.strerror})") from None
+        raise ModelNotFoundError(f"{spec}: cannot be read ({error.strerror or error})") \
+            from None
+
+
 def is_repo_id(spec: str) -> bool:
     """A Hugging Face id ("owner/name") rather than a local path: only those are downloaded."""
-    path = Path(spec).expanduser()
-    return (not path.exists() and path.suffix not in (".safetensors", ".json")
-            and not spec.startswith((".", "/", "~")) and bool(_REPO_ID.match(spec)))
+    if spec.startswith((".", "/", "~")) or not _REPO_ID.match(spec):
+        return False
+    return not os.path.exists(spec) and Path(spec).suffix not in (".safetensors", ".json")
 
 
 def accept_license() -> None:

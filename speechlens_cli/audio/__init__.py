@@ -19,10 +19,12 @@ from .formats import (
 from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_finite
 from .outputs import (
     atomic_output,
+    check_name_part,
     check_no_links,
     check_writable,
     identities,
     make_folders,
+    name_problem,
     nearest_existing,
     same_file,
 )
@@ -34,10 +36,10 @@ from .writers import check_copies_fit, open_sink
 
 __all__ = [
     "MAX_CHANNELS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped", "TreeScan",
-    "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_no_links",
-    "check_subtype_name", "check_writable", "container_subtypes", "copy_to_stream",
-    "detach_stdout", "format_for_suffix", "identities", "make_folders", "nearest_existing",
-    "open_reader", "open_sink", "output_format", "read_block", "read_info", "same_file",
-    "scan_tree", "spooled_stdin", "stdout_folder", "unwritable", "writable_subtypes",
-    "writable_suffixes", "write_line",
+    "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_name_part",
+    "check_no_links", "check_subtype_name", "check_writable", "container_subtypes",
+    "copy_to_stream", "detach_stdout", "format_for_suffix", "identities", "make_folders",
+    "name_problem", "nearest_existing", "open_reader", "open_sink", "output_format", "read_block",
+    "read_info", "same_file", "scan_tree", "spooled_stdin", "stdout_folder", "unwritable",
+    "writable_subtypes", "writable_suffixes", "write_line",
 ]

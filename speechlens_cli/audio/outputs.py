@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import OutputError, OutputExistsError
+from ..errors import OutputError, OutputExistsError, UsageError
 from . import owners
 
 #: The hidden temporary beside an output: ".NAME.<pid>-<machine>-<hex>.partial".
@@ -42,10 +42,45 @@ def check_writable(folder: Path) -> None:
 
 
 def nearest_existing(folder: Path) -> Path:
-    """`folder` or its closest existing ancestor: where a folder still to be made would go."""
-    while not folder.exists() and folder.parent != folder:
+    """`folder` or its closest existing ancestor: where a folder still to be made would go (a
+    name the system refuses, too long, is not there either)."""
+    while not os.path.exists(folder) and folder.parent != folder:
         folder = folder.parent
     return folder
+
+
+def name_problem(path: str | os.PathLike) -> str | None:
+    """Why no file can have this name (a part of it longer than the file system takes, or the
+    whole longer than the system passes), or None. Python's own checks (Path.exists, is_dir)
+    raise on such a name instead of answering, so a name is checked before they see it."""
+    encoded = os.fsencode(path)
+    folder = nearest_existing(Path(os.fsdecode(encoded)).parent)
+    path_max = _limit(folder, "PC_PATH_MAX", 4096)   # counting the terminating NUL
+    if len(encoded) >= path_max:
+        return (f"its name is {len(encoded):,} bytes long; the system takes at most "
+                f"{path_max - 1:,}")
+    name_max = _limit(folder, "PC_NAME_MAX", 255)
+    longest = max(len(part) for part in encoded.split(b"/"))
+    if longest > name_max:
+        return (f"a part of its name is {longest:,} bytes long; the file system takes at most "
+                f"{name_max:,}")
+    return None
+
+
+def check_name_part(text: str, what: str) -> None:
+    """`text` (--suffix, a report's --name) becomes part of one file's name: no folder
+    separator (it would lead elsewhere), no NUL, not empty."""
+    separators = "".join(sorted({"/", os.sep, os.altsep or ""}))
+    if not text or "\0" in text or any(c in text for c in separators):
+        raise UsageError(f"{what}: {text!r} must be part of a file name: not empty, no "
+                         f"{' or '.join(repr(c) for c in separators)}, no NUL")
+
+
+def _limit(folder: Path, name: str, default: int) -> int:
+    try:
+        return os.pathconf(folder, name)
+    except (OSError, ValueError):
+        return default
 
 
 def identities(*paths: Path) -> frozenset:
@@ -155,11 +190,7 @@ def _temporary_name(folder: Path, name: str) -> str:
     NAME is cut (at a character boundary) to make room: an output whose own name fits can
     always be written."""
     suffix = f".{owners.owner()}-{secrets.token_hex(4)}.partial"
-    try:
-        limit = os.pathconf(folder, "PC_NAME_MAX")
-    except (OSError, ValueError):
-        limit = 255
-    room = limit - 1 - len(suffix.encode())
+    room = _limit(folder, "PC_NAME_MAX", 255) - 1 - len(suffix.encode())
     encoded = os.fsencode(name)
     if len(encoded) > room:
         cut = encoded[:room]

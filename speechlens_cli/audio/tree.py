@@ -37,7 +37,8 @@ def scan_tree(root: Path, exclude: Path | None = None) -> TreeScan:
 
     The scan never leaves the tree: symlinked folders are not descended (no loops, no escape),
     and a symlinked file is used only when it resolves to a file inside `root`. Those left out,
-    and folders that cannot be listed, come back in `skipped` with the reason.
+    folders that cannot be listed and paths the system refuses (longer than it takes) come back
+    in `skipped` with the reason: one such path never stops the scan of the rest.
     """
     suffixes = audio_suffixes()
     audio, other, skipped = [], [], []
@@ -53,26 +54,33 @@ def scan_tree(root: Path, exclude: Path | None = None) -> TreeScan:
         kept = []
         for name in sorted(subfolders):
             path = here / name
-            if name.startswith(".") or (excluded is not None and path.resolve() == excluded):
-                continue
-            if path.is_symlink():
-                skipped.append(Skipped(path, "symlinked folder, not followed"))
-            else:
-                kept.append(name)
+            try:
+                if name.startswith(".") or (excluded is not None and path.resolve() == excluded):
+                    continue
+                if path.is_symlink():
+                    skipped.append(Skipped(path, "symlinked folder, not followed"))
+                else:
+                    kept.append(name)
+            except OSError as error:   # a path longer than the system takes, deep in the tree
+                skipped.append(Skipped(path, f"folder cannot be read ({error.strerror})"))
         subfolders[:] = kept
         for file in sorted(files):
             if file.startswith("."):
                 continue
             path = here / file
-            problem = _link_problem(path, top)
+            try:
+                problem = _link_problem(path, top)
+                regular = problem is None and path.is_file()
+                is_audio = regular and (path.suffix.lower() in suffixes or readable(path))
+            except OSError as error:   # a path longer than the system takes, deep in the tree
+                skipped.append(Skipped(path, f"cannot be read ({error.strerror})"))
+                continue
             if problem:
                 skipped.append(Skipped(path, problem))
-            elif not path.is_file():  # a FIFO would block the scan forever
+            elif not regular:  # a FIFO would block the scan forever
                 skipped.append(Skipped(path, "not a regular file (a pipe, socket or device)"))
-            elif path.suffix.lower() in suffixes or readable(path):
-                audio.append(path)
             else:
-                other.append(path)
+                (audio if is_audio else other).append(path)
     return TreeScan(audio, other, skipped)
 
 

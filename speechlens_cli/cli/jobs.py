@@ -61,7 +61,7 @@ def check_shared_destination(jobs: list[Job], *, skip_existing: bool) -> None:
     """Stop a batch whose every output folder fails (unwritable, full, a file where the folder
     goes) before its first file, in one line, rather than failing each file with it in turn."""
     folders = sorted({audio_io.nearest_existing(job.destination.parent) for job in jobs
-                      if not (skip_existing and job.destination.exists())})
+                      if not (skip_existing and os.path.exists(job.destination))})
     failures = []
     for folder in folders:
         try:
@@ -86,6 +86,7 @@ def left_alone(item) -> FileResult:
 
 def beside_inputs(paths: tuple[str, ...], suffix: str) -> list[Job]:
     """SOURCES... --suffix S: each output next to its input, as NAME{S}.EXT."""
+    audio_io.check_name_part(suffix, "--suffix")
     jobs = []
     for source in paths:
         path = Path(source)
@@ -93,8 +94,17 @@ def beside_inputs(paths: tuple[str, ...], suffix: str) -> list[Job]:
             raise UsageError(f"{source}: --suffix names outputs beside input files; for "
                              "stdin or a folder give a destination")
         target = path.with_name(path.stem + suffix + path.suffix)
+        check_name(str(target))
         jobs.append(Job(path, target, source, str(target)))
     return jobs
+
+
+def check_name(name: str) -> None:
+    """A name the system cannot hold (too long) is a usage error, before any check of the file
+    it names raises instead of answering."""
+    problem = audio_io.name_problem(name)
+    if problem:
+        raise UsageError(f"{name}: {problem}")
 
 
 def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
@@ -102,6 +112,9 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
                   suffix: str | None = None) -> tuple[list[Job], list[Path], bool]:
     """(jobs, non-audio files, is a batch) for SOURCE DESTINATION, SOURCES... -o DIR or
     SOURCES... --suffix S."""
+    for name in (*paths, *([output_dir] if output_dir is not None else [])):
+        if name != "-":
+            check_name(name)
     if suffix is not None:
         if output_dir is not None:
             raise UsageError("--suffix writes beside the inputs, -o into a folder: choose one")

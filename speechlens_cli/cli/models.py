@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import click
 
@@ -79,5 +78,5 @@ def models_verify(model: str | None) -> None:
 def models_path(model: str | None) -> None:
     """Print where a checkpoint is on disk (never downloads), for --model or scripts."""
     files = checkpoint.resolve(model, download=False)
-    local = Path(checkpoint.model_spec(model)).expanduser()
-    click.echo(local.resolve() if local.exists() else files.weights.parent)
+    local, mode = checkpoint.local_path(checkpoint.model_spec(model))
+    click.echo(local.resolve() if mode is not None else files.weights.parent)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import dataclass
 
@@ -101,7 +102,7 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
     kept under --skip-existing)."""
     outcomes, outputs = [], set()
     for job in jobs:
-        if options.skip_existing and job.destination.exists() \
+        if options.skip_existing and os.path.exists(job.destination) \
                 and not audio_io.same_file(job.source, job.destination):
             outcomes.append(_skipped(job))
             continue
