@@ -204,6 +204,7 @@ def _is_nvidias(repo_id: str) -> bool:
 
 
 def _from_hub(repo_id: str, *, download: bool) -> CheckpointFiles:
+    hub.check_endpoint()
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 

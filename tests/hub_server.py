@@ -12,16 +12,19 @@ It answers what `huggingface_hub.hf_hub_download` asks, the way the hub does: a 
   `RevisionNotFound` / `EntryNotFound`.
 
 `Faults` makes it misbehave (a fixed status, a stall, a transfer cut once); every request is
-recorded in `requests` as (server, method, path, Range header).
+recorded in `requests` as (server, method, path, Range header). `LocalProxy` stands for a proxy
+that alone reaches the hub.
 """
 
 from __future__ import annotations
 
 import hashlib
+import http.client
 import re
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import urlsplit
 
 LFS_SUFFIXES = (".safetensors",)
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<file>.+)$")
@@ -216,3 +219,79 @@ class _Handler(BaseHTTPRequestHandler):
             return None
         self.wfile.write(data[start:])
         return None
+
+
+@dataclass
+class LocalProxy:
+    """A stand-in HTTP proxy, as a company network has: it forwards plain-HTTP requests
+    (absolute URLs), those for a host in `routes` to where only the proxy reaches it, and
+    answers an HTTPS tunnel (CONNECT) with 502; every request is recorded in `requests` as
+    (method, target)."""
+
+    routes: dict[str, str] = field(default_factory=dict)   # "host:port" asked -> reached
+    requests: list[tuple[str, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        handler = type("ProxyHandler", (_ProxyHandler,), {"proxy": self})
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.server.daemon_threads = True
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_port}"
+
+    def __enter__(self) -> LocalProxy:
+        return self
+
+    def __exit__(self, *_exc) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+#: Headers of one connection, never forwarded.
+_HOP_BY_HOP = {"connection", "keep-alive", "proxy-connection", "transfer-encoding", "te",
+               "proxy-authorization", "upgrade"}
+
+
+class _ProxyHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    proxy: LocalProxy
+
+    def log_message(self, *_args) -> None:
+        pass
+
+    def do_CONNECT(self) -> None:
+        self.proxy.requests.append(("CONNECT", self.path))
+        self.send_response(502)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+        self.close_connection = True
+
+    def do_HEAD(self) -> None:
+        self._forward()
+
+    def do_GET(self) -> None:
+        self._forward()
+
+    def _forward(self) -> None:
+        self.proxy.requests.append((self.command, self.path))
+        target = urlsplit(self.path)
+        connection = http.client.HTTPConnection(
+            self.proxy.routes.get(target.netloc, target.netloc), timeout=30)
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP}
+        connection.request(self.command, target.path + (f"?{target.query}" if target.query
+                                                        else ""), headers=headers)
+        answer = connection.getresponse()
+        body = answer.read()
+        connection.close()
+        self.send_response(answer.status)
+        for key, value in answer.getheaders():
+            if key.lower() not in _HOP_BY_HOP and (self.command == "HEAD"
+                                                   or key.lower() != "content-length"):
+                self.send_header(key, value)
+        if self.command != "HEAD":
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)

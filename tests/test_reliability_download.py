@@ -17,7 +17,7 @@ import pytest
 from huggingface_hub import constants
 
 from speechlens_cli import checkpoint, hub
-from tests.hub_server import LocalHub
+from tests.hub_server import LocalHub, LocalProxy
 from tests.reliability import (
     audit_outputs,
     cases,
@@ -185,3 +185,37 @@ def test_a_failing_hub_is_one_line_within_seconds(tmp_path, tiny_checkpoint, fau
     assert not (tmp_path / "out.wav").exists()
     cache = tmp_path / "hf-cache"
     assert not cache.exists() or _cached_files(cache) == [], _cached_files(cache)
+
+
+@cases(2)   # a download carried by HTTP_PROXY; an HTTPS hub asked for with CONNECT
+def test_a_proxy_set_for_the_hub_is_used(tmp_path, tiny_checkpoint):
+    """Behind a proxy only the proxy reaches the hub. speechlens used to open a connection of
+    its own first, which ignores HTTPS_PROXY / HTTP_PROXY, and refused with "cannot be reached"
+    before huggingface_hub, which honours them, made a request. Now every request is the
+    client's: a whole download through the proxy (a repo that is not NVIDIA's: no license, no
+    pinned checksum), and an HTTPS hub asked for with the proxy's CONNECT, whose refusal is one
+    line naming the proxy."""
+    unreachable = "127.0.0.1:9"   # the hub's address as this machine sees it: nothing there
+    environment = {"HF_HOME": str(tmp_path / "hf-home"), "HF_HUB_CACHE": str(tmp_path / "hf"),
+                   "HF_HUB_OFFLINE": "0", checkpoint.MODEL_ENV: "", "NO_PROXY": "",
+                   "no_proxy": ""}
+    with LocalHub("someone/model", "a" * 40, _files(tiny_checkpoint)) as local, \
+            LocalProxy({unreachable: local.endpoint.removeprefix("http://")}) as proxy:
+        pulled = run_child(["models", "pull", "someone/model"], timeout=60, env={
+            **environment, "HF_ENDPOINT": f"http://{unreachable}", "HTTP_PROXY": proxy.url,
+            "http_proxy": proxy.url})
+    assert pulled.returncode == 0, pulled.stderr
+    assert "ok: sha256" in pulled.stdout
+    assert ("HEAD", f"http://{unreachable}/someone/model/resolve/main/model.safetensors") \
+        in proxy.requests, proxy.requests
+    assert any(method == "GET" and target.startswith(local.cdn_url)
+               for method, target in proxy.requests), proxy.requests
+
+    with LocalProxy() as proxy:
+        refused = run_child(["models", "pull", "someone/model"], timeout=60, env={
+            **environment, "HF_ENDPOINT": f"https://{unreachable}", "HTTPS_PROXY": proxy.url,
+            "https_proxy": proxy.url, "HF_HUB_CACHE": str(tmp_path / "hf-2")})
+    assert refused.returncode == 1, refused.stderr
+    line = one_error_line(refused.stderr)
+    assert f"cannot be reached through the proxy {proxy.url}" in line, line
+    assert ("CONNECT", unreachable) in proxy.requests, proxy.requests

@@ -12,11 +12,12 @@ from pathlib import Path
 import click
 import mlx.core as mx
 
-from .. import blas, checkpoint, kernels
+from .. import blas, checkpoint, hub, kernels
 from ..errors import ModelNotFoundError, SpeechlensError, UsageError
 from .app import main
 
 _BLAS_SIZE = 512
+_ENDPOINT_FIX = "unset HF_ENDPOINT or set it to the hub's URL"
 
 
 @dataclass(frozen=True)
@@ -107,15 +108,26 @@ def _model_check(model: str | None) -> Check:
     except ModelNotFoundError as error:
         return Check("model", str(error), "speechlens models pull (or pass --model PATH)")
     except UsageError as error:
+        if str(error).startswith("HF_ENDPOINT"):
+            return Check("model", str(error), _ENDPOINT_FIX)
         return Check("model", str(error), "pass --model a checkpoint path or a valid repo id")
     except SpeechlensError as error:
         return Check("model", str(error), "delete that copy and run `speechlens models pull`")
     return Check("model", f"{found.source}: ok, sha256 {found.sha256[:12]}... ({found.weights})")
 
 
-def _checks(model: str | None) -> list[Check]:
+def _cache_check() -> Check:
+    try:
+        folder = hub.cache_folder()
+    except UsageError as error:   # an HF_ENDPOINT the Hugging Face client cannot even load with
+        return Check("cache", str(error), _ENDPOINT_FIX)
     from huggingface_hub import constants
 
+    return Check("cache", f"{folder}"
+                 + (" (HF_HUB_OFFLINE: no downloads)" if constants.HF_HUB_OFFLINE else ""))
+
+
+def _checks(model: str | None) -> list[Check]:
     backend = kernels.backend()
     return [
         Check("platform", f"{platform.platform()} ({platform.machine()}), "
@@ -124,8 +136,7 @@ def _checks(model: str | None) -> list[Check]:
                      f"{mx.default_device()}", _backend_fix(backend)),
         _kernel_check(),
         _blas_check(backend),
-        Check("cache", f"{constants.HF_HUB_CACHE}"
-                       + (" (HF_HUB_OFFLINE: no downloads)" if constants.HF_HUB_OFFLINE else "")),
+        _cache_check(),
         _model_check(model),
     ]
 

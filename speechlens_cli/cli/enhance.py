@@ -23,7 +23,7 @@ from ..pipeline import (
 )
 from . import interrupts
 from .app import main
-from .jobs import check_shared_destination, collect_jobs, left_alone
+from .jobs import check_shared_destination, collect_jobs, left_alone, standard_stream
 from .license import confirm_license
 from .reporting import Reporter
 from .runner import EnhanceOptions, run_jobs
@@ -142,6 +142,8 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
     if subtype is not None:
         audio_io.check_subtype_name(subtype)
     suffix = _format_suffix(output_suffix)
+    if as_json:
+        standard_stream("stdout", "--json has nowhere to write; leave it out")
     chosen_device = api.select_device(device)
     share = distributed.join(shard)  # this process's part: --shard, an mlx.launch rank, or all
     share.check_paths(paths)

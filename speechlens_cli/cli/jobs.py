@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import BinaryIO
 
 from .. import audio as audio_io
 from ..errors import OutputError, UsageError
@@ -107,6 +109,29 @@ def check_name(name: str) -> None:
         raise UsageError(f"{name}: {problem}")
 
 
+def standard_stream(which: str, use: str) -> BinaryIO:
+    """sys.stdin's or sys.stdout's bytes, for `use`. A process started with that stream closed
+    (`<&-`, `>&-`: Python sets it to None) is refused before any work, not after the model ran."""
+    stream = getattr(sys, which)
+    if stream is None or not _descriptor_open(stream):
+        raise UsageError(f"<{which}>: is closed, so {use}")
+    return stream.buffer
+
+
+def _descriptor_open(stream) -> bool:
+    if stream.closed:
+        return False
+    try:
+        descriptor = stream.fileno()
+    except io.UnsupportedOperation:   # no descriptor (a test harness's buffer): nothing to check
+        return True
+    try:
+        os.fstat(descriptor)
+    except OSError:
+        return False
+    return True
+
+
 def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
                   stack: contextlib.ExitStack,
                   suffix: str | None = None) -> tuple[list[Job], list[Path], bool]:
@@ -143,9 +168,11 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
         if destination == "-":
             raise UsageError(f"{source}: a folder cannot be written to stdout")
         return (*folder_jobs(Path(source), Path(destination)), True)
+    if destination == "-":
+        standard_stream("stdout", "the audio for '-' has nowhere to go; name an output file")
     if source == "-":
-        read_from, name = stack.enter_context(audio_io.spooled_stdin(
-            sys.stdin.buffer)), "<stdin>"
+        stdin = standard_stream("stdin", "there is no audio to read for '-'; name the input file")
+        read_from, name = stack.enter_context(audio_io.spooled_stdin(stdin)), "<stdin>"
     else:
         read_from, name = Path(source), source
     if destination == "-":

@@ -6,7 +6,8 @@ import os
 
 import click
 
-from .. import checkpoint
+from .. import checkpoint, hub
+from ..errors import ModelNotFoundError
 from .app import main
 from .license import confirm_license
 
@@ -32,28 +33,20 @@ def models_pull(model: str | None, accept_license: bool) -> None:
 @models.command("list")
 def models_list() -> None:
     """Checkpoints in the Hugging Face cache, and the one SPEECHLENS_MODEL points to."""
-    from huggingface_hub import constants, scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    try:
-        repos = scan_cache_dir().repos
-    except CacheNotFound:
-        repos = frozenset()
-    found = 0
-    for repo in sorted(repos, key=lambda r: r.repo_id):
-        for revision in sorted(repo.revisions, key=lambda r: r.commit_hash):
-            if repo.repo_type != "model" or not any(
-                    f.file_name == checkpoint.WEIGHTS_FILE for f in revision.files):
-                continue
-            found += 1
-            pinned = " (pinned)" if revision.commit_hash == checkpoint.PINNED_REVISION else ""
-            click.echo(f"{repo.repo_id}@{revision.commit_hash[:12]}{pinned}  "
-                       f"{revision.size_on_disk / 1e6:.1f} MB  {revision.snapshot_path}")
+    found, problems = hub.cached_revisions(checkpoint.WEIGHTS_FILE)
+    for revision in sorted(found, key=lambda r: (r.repo_id, r.commit)):
+        pinned = " (pinned)" if revision.commit == checkpoint.PINNED_REVISION else ""
+        click.echo(f"{revision.repo_id}@{revision.commit[:12]}{pinned}  "
+                   f"{revision.size / 1e6:.1f} MB  {revision.folder}")
     env = os.environ.get(checkpoint.MODEL_ENV)
     if env:
         click.echo(f"{checkpoint.MODEL_ENV}={env}")
+    if problems:
+        more = (f"; and {len(problems) - 1} more entries of the cache cannot be read"
+                if len(problems) > 1 else "")
+        raise ModelNotFoundError(problems[0] + more)
     if not found:
-        click.echo(f"no checkpoints in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
+        click.echo(f"no checkpoints in the Hugging Face cache ({hub.cache_folder()}); "
                    "run `speechlens models pull`")
 
 
