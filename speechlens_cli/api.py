@@ -46,6 +46,55 @@ def get_model(model: ModelSpec = None) -> SEMamba:
     return model if isinstance(model, SEMamba) else checkpoint.load_model(model)
 
 
+def _is_number(value) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating)) \
+        and not isinstance(value, (bool, np.bool_))
+
+
+def _is_path(value) -> bool:
+    return isinstance(value, (str, os.PathLike))
+
+
+#: What the API's arguments must be, by name: (what to say, the test). A wrong type is then a
+#: UsageError naming the argument, not a TypeError from deep inside (or, for strict="no", a
+#: silent yes).
+_ARGUMENTS = {
+    "source": ("a path (str or os.PathLike)", _is_path),
+    "destination": ("a path (str or os.PathLike)", _is_path),
+    "model": ("a loaded model, a checkpoint path or a repo id, or None",
+              lambda v: v is None or isinstance(v, SEMamba) or _is_path(v)),
+    "strict": ("True or False", lambda v: isinstance(v, (bool, np.bool_))),
+    "overwrite": ("True or False", lambda v: isinstance(v, (bool, np.bool_))),
+    "chunk_seconds": ("a number of seconds, or None", lambda v: v is None or _is_number(v)),
+    "overlap": ("a number (a fraction of the window)", _is_number),
+    "atten_lim_db": ("a number of decibels, or None", lambda v: v is None or _is_number(v)),
+    "subtype": ("an encoding's name (str), or None", lambda v: v is None or isinstance(v, str)),
+    "progress": ("a callable, or None", lambda v: v is None or callable(v)),
+}
+
+
+def _check_arguments(**arguments) -> None:
+    for name, value in arguments.items():
+        what, valid = _ARGUMENTS[name]
+        if not valid(value):
+            raise UsageError(f"{name} must be {what}, got {value!r:.80}")
+
+
+def _real_array(audio) -> np.ndarray:
+    """`audio` as an array of real samples (integers or floats): complex, timedelta, boolean or
+    object arrays have no meaning as audio, and a complex one lost its imaginary part silently."""
+    try:
+        array = np.asarray(audio)
+    except (ValueError, TypeError) as error:   # ragged nesting, objects numpy cannot hold
+        reason = str(error).splitlines()[0]
+        raise UsageError(f"audio must be a 1-D or 2-D numeric array of real samples ({reason})") \
+            from None
+    if array.ndim not in (1, 2) or array.dtype.kind not in "iuf":
+        raise UsageError(f"audio must be a 1-D or 2-D numeric array of real samples (integers "
+                         f"or floats), got shape {array.shape} of {array.dtype}")
+    return array
+
+
 def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
     """`name`, when given, prefixes the message (the file the rate came from)."""
     if isinstance(sample_rate, bool) or not isinstance(sample_rate, (int, np.integer)):
@@ -120,11 +169,10 @@ def enhance(
     has the same shape, float32. Peaks above full scale are kept, never clipped or rescaled.
     `atten_lim_db` keeps some of the original (pipeline.mix_original).
     """
+    _check_arguments(model=model, strict=strict, atten_lim_db=atten_lim_db)
     check_atten_lim(atten_lim_db)
     check_sample_rate(sample_rate)
-    array = np.asarray(audio)
-    if array.ndim not in (1, 2) or not np.issubdtype(array.dtype, np.number):
-        raise UsageError(f"audio must be a 1-D or 2-D numeric array, got shape {array.shape}")
+    array = _real_array(audio)
     frames = array.shape[0]
     if array.ndim == 2:
         audio_io.check_channels(array.shape[1], "audio",
@@ -181,8 +229,9 @@ def plan_file(
 
     With `create_folders`, a missing output folder is fine when its nearest existing ancestor is
     writable (the batch mirrors the input tree into it). `track` picks a media file's audio
-    track (from 0; the default track otherwise). `inputs`, every input of the run
-    (audio_io.identities): an output among them is refused, as replacing it would lose it.
+    track (from 0; the default track otherwise); any other file has none to pick, a usage
+    error. `inputs`, every input of the run (audio_io.identities): an output among them is
+    refused, as replacing it would lose it.
     `root`, the output folder named when `destination` is mirrored below it: no symbolic link
     between the two is followed.
     """
@@ -193,6 +242,9 @@ def plan_file(
     name = name or str(source)
     info = audio_io.read_info(source, name, track)
     check_sample_rate(info.sample_rate, name)
+    if track is not None and info.media is None:
+        raise UsageError(f"{name}: is a {info.format} file, not a media container: it has no "
+                         "tracks to choose from (--track)")
     problem = audio_io.name_problem(destination)
     if problem:
         raise OutputError(f"{destination}: {problem}")
@@ -265,6 +317,9 @@ def enhance_file(
     `--json` prints for the file; `clamped` counts samples an integer format had to clamp.
     `atten_lim_db` keeps some of the original (pipeline.mix_original).
     """
+    _check_arguments(source=source, destination=destination, model=model, strict=strict,
+                     overwrite=overwrite, chunk_seconds=chunk_seconds, overlap=overlap,
+                     subtype=subtype, progress=progress, atten_lim_db=atten_lim_db)
     check_settings(chunk_seconds, overlap)
     check_atten_lim(atten_lim_db)
     plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype)

@@ -3,14 +3,18 @@ traceback (docs/reliability.md)."""
 
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import speechlens_cli
 from speechlens_cli import checkpoint
 from speechlens_cli.api import plan_file
-from speechlens_cli.errors import OutputError
+from speechlens_cli.errors import OutputError, UsageError
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, write_checkpoint
 from tests.reliability import (
     audit_outputs,
@@ -233,3 +237,162 @@ def test_a_model_in_the_home_of_no_user_is_one_line(tmp_path, command):
     assert not out.exists()
 
 
+# ------------------------------------------------------------------------------ class 19: bench
+
+#: case -> the bench options, the option the one line names, the exit code
+BENCH_OPTIONS = {
+    "profile-seconds-1e9": (["--profile", "--profile-seconds", "1e9"], "--profile-seconds", 2),
+    "profile-seconds-nan": (["--profile", "--profile-seconds", "nan"], "--profile-seconds", 2),
+    "profile-seconds-0": (["--profile", "--profile-seconds", "0"], "--profile-seconds", 2),
+    "profile-rate-0": (["--profile", "--profile-rate", "0"], "--profile-rate", 2),
+    "startup-seconds-inf": (["--startup", "--startup-seconds", "inf"], "--startup-seconds", 2),
+    "startup-rate-100": (["--startup", "--startup-rate", "100"], "--startup-rate", 2),
+    "overlap-nan": (["--overlap", "nan"], "--overlap", 2),
+    "budget-nan": (["--budget-s", "nan"], "--budget-s", 2),
+    "peer-device": (["--peer-device", "tpu"], "--peer-device", 2),
+    "name-climbing-out": (["--name", "../escaped"], "--name", 2),
+    "name-empty": (["--name", ""], "--name", 2),
+    "out-below-a-file": (["--out", "{file}/reports"], "{file}", 1),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BENCH_OPTIONS))
+def test_bench_options_are_checked_before_any_work(tmp_path, tiny_checkpoint, case):
+    """Every `speechlens bench` option is checked before a model loads or a report is
+    written: one line naming it (tracebacks before, a 1e9-s profile asked for terabytes, and
+    `--name ../x` wrote its reports outside --out). No case matches `--cases none`, so the
+    old code stopped on that instead: the line must name the option under test."""
+    options, named, code = BENCH_OPTIONS[case]
+    blocker = tmp_path / "a-file"
+    blocker.write_bytes(b"x")
+    options = [o.format(file=blocker) for o in options]
+    out = ["--out", tmp_path / "reports"] if "--out" not in options else []
+    result = invoke("bench", "--model", tiny_checkpoint, "--device", "cpu", "--cases", "none",
+                    *out, *options)
+    assert result.exit_code == code, result.output
+    assert named.format(file=blocker) in one_error_line(result.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file"]
+
+
+# ------------------------------------------------------------------------------ class 20: --track,
+# --format, the Python API
+
+@cases(2)
+def test_track_on_a_file_without_tracks_is_a_usage_error(tmp_path, tiny_checkpoint,
+                                                         media_files):
+    """--track on a WAV was ignored (exit 0). Now one line naming the file, exit 2, nothing
+    written; in a batch that file alone fails (exit 3) and the media file gets its track."""
+    source = make_audio(tmp_path / "a.wav")
+    result = invoke("enhance", source, tmp_path / "out.wav", "--track", "0", "--model",
+                    tiny_checkpoint)
+    assert result.exit_code == 2, result.output
+    line = one_error_line(result.stderr)
+    assert line.startswith(f"error: {source}: ") and "--track" in line, line
+    assert not (tmp_path / "out.wav").exists()
+
+    batch = invoke("enhance", source, media_files["m4a"], "-o", tmp_path / "out", "--track", "0",
+                   "--model", tiny_checkpoint)
+    assert batch.exit_code == 3, batch.output
+    assert f"error: {source}: is a WAV file, not a media container" in batch.stderr
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["memo.m4a"]
+
+
+def test_format_sd2_in_a_batch_is_one_usage_error(tmp_path, tiny_checkpoint):
+    """--format sd2 (a container never written) was refused file by file (exit 3); it is one
+    usage error before the batch starts, as for a single file."""
+    sources = [make_audio(tmp_path / name) for name in ("a.wav", "b.wav")]
+    result = invoke("enhance", *sources, "-o", tmp_path / "out", "--format", "sd2", "--model",
+                    tiny_checkpoint)
+    assert result.exit_code == 2, result.output
+    assert one_error_line(result.stderr).startswith("error: --format sd2 names no format")
+    assert not (tmp_path / "out").exists()
+
+
+#: case -> (API function, its arguments beyond the model, the argument the error names)
+API_ARGUMENTS = {
+    "complex-audio": ("enhance", {"audio": np.ones(800, np.complex64)}, "audio"),
+    "timedelta-audio": ("enhance", {"audio": np.ones(800, "m8[ms]")}, "audio"),
+    "ragged-audio": ("enhance", {"audio": [[0.1, 0.2], [0.3]]}, "audio"),
+    "atten-as-text": ("enhance", {"atten_lim_db": "12"}, "atten_lim_db"),
+    "strict-as-text": ("enhance", {"strict": "no"}, "strict"),
+    "chunk-as-text": ("enhance_file", {"chunk_seconds": "10"}, "chunk_seconds"),
+    "overlap-none": ("enhance_file", {"overlap": None}, "overlap"),
+    "source-none": ("enhance_file", {"source": None}, "source"),
+    "destination-a-number": ("enhance_file", {"destination": 5}, "destination"),
+    "subtype-a-number": ("enhance_file", {"subtype": 16}, "subtype"),
+    "progress-not-callable": ("enhance_file", {"progress": 5}, "progress"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(API_ARGUMENTS))
+def test_the_python_api_refuses_a_wrong_argument_with_a_usage_error(tmp_path, tiny_checkpoint,
+                                                                    case):
+    """api.enhance / enhance_file with an argument of the wrong kind: a UsageError naming it
+    (raw TypeError or AttributeError before), and complex or timedelta samples refused (they
+    were enhanced: a complex array lost its imaginary part with only a warning)."""
+    function, changed, named = API_ARGUMENTS[case]
+    source = make_audio(tmp_path / "a.wav")
+    arguments = ({"audio": np.zeros(800, np.float32) + 0.1, "sample_rate": 8000}
+                 if function == "enhance" else
+                 {"source": source, "destination": tmp_path / "out.wav"})
+    with pytest.raises(UsageError) as refused:
+        getattr(speechlens_cli, function)(**{**arguments, **changed}, model=tiny_checkpoint)
+    assert str(refused.value).startswith(named), refused.value
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav"]
+
+
+# ------------------------------------------------------------------------------ build item 3: fsync
+
+@pytest.mark.parametrize("overwrite", [False, True], ids=["linked", "renamed"])
+def test_an_output_reaches_the_disk_before_its_name_and_its_folder_after(
+        tmp_path, tiny_checkpoint, monkeypatch, overwrite):
+    """The published file is fsynced before it gets its name (hard link, or rename under
+    --overwrite), and its folder after: a power cut then never leaves the name on lost data.
+    Each fsync is recorded with the inode it flushed and whether the output existed then."""
+    real_fsync = os.fsync
+    synced = []
+
+    def recording(descriptor):
+        status = os.fstat(descriptor)
+        synced.append((status.st_ino, stat.S_ISDIR(status.st_mode),
+                       (tmp_path / "out.wav").exists()))
+        real_fsync(descriptor)
+    monkeypatch.setattr(os, "fsync", recording)
+    source = make_audio(tmp_path / "a.wav")
+    if overwrite:
+        (tmp_path / "out.wav").write_bytes(b"old")
+    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    *(["--overwrite"] if overwrite else []))
+    assert result.exit_code == 0, result.output
+    output, folder = (tmp_path / "out.wav").stat().st_ino, tmp_path.stat().st_ino
+    file_at = synced.index((output, False, overwrite))   # before its name was the output's
+    folder_at = synced.index((folder, True, True))
+    assert file_at < folder_at, synced
+    audit_outputs(tmp_path, {"out.wav": 400})
+
+
+@pytest.mark.parametrize("fault", ["folder-EINVAL", "file-EIO"])
+def test_a_refused_fsync(tmp_path, tiny_checkpoint, monkeypatch, fault):
+    """A file system that cannot fsync a folder (EINVAL) still gets its output; a file whose
+    fsync fails (EIO: the data did not reach the disk) is one line, exit 1, and nothing of it
+    is left, neither the name nor the temporary."""
+    real_fsync, folders = os.fsync, []
+
+    def failing(descriptor):
+        folder = stat.S_ISDIR(os.fstat(descriptor).st_mode)
+        folders.append(folder)
+        if fault == "folder-EINVAL" and folder:
+            raise OSError(errno.EINVAL, os.strerror(errno.EINVAL))
+        if fault == "file-EIO" and not folder:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        real_fsync(descriptor)
+    monkeypatch.setattr(os, "fsync", failing)
+    source = make_audio(tmp_path / "a.wav")
+    result = invoke("enhance", source, tmp_path / "out.wav", "--model", tiny_checkpoint)
+    if fault == "folder-EINVAL":
+        assert result.exit_code == 0 and any(folders), result.output
+        audit_outputs(tmp_path, {"out.wav": 400})
+        return
+    assert result.exit_code == 1, result.output
+    assert "could not be written (Input/output error)" in one_error_line(result.stderr)
+    assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)

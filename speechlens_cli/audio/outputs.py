@@ -236,31 +236,17 @@ def _check_replaceable(destination: Path, *, overwrite: bool) -> None:
 
 
 def _publish(temporary: Path, destination: Path, *, overwrite: bool) -> None:
-    """Give the finished temporary file its final name.
+    """Give the finished temporary file its final name, its data on the disk first and the
+    name after it: a crash or power cut then never leaves the name on a file whose data was
+    lost (and a write some file systems, NFS among them, report failed only at fsync fails here).
 
     Without `overwrite` an existing file is never replaced, not even one another process created
     while this one was enhancing: a hard link fails when the name is taken (the caller removes
     the temporary name). File systems without hard links get a check, then a rename.
     """
     try:
-        if overwrite:
-            os.replace(temporary, destination)
-            return
-        try:
-            os.link(temporary, destination)
-            return
-        except FileExistsError:
-            raise OutputExistsError(
-                f"{destination}: already exists (created by another process meanwhile; "
-                "use --overwrite to replace it)"
-            ) from None
-        except OSError as error:
-            if error.errno not in _NO_HARD_LINKS:
-                raise
-        if destination.exists():
-            raise OutputExistsError(
-                f"{destination}: already exists (use --overwrite to replace it)")
-        os.replace(temporary, destination)
+        _sync(temporary)
+        _place(temporary, destination, overwrite=overwrite)
     except OSError as error:
         if not destination.parent.is_dir():
             raise OutputError(
@@ -268,3 +254,44 @@ def _publish(temporary: Path, destination: Path, *, overwrite: bool) -> None:
             ) from None
         raise OutputError(f"{destination}: could not be written ({error.strerror or error})") \
             from None
+    try:
+        _sync(destination.parent, folder=True)
+    except OSError as error:
+        raise OutputError(f"{destination}: written, but its folder could not be flushed to the "
+                          f"disk ({error.strerror or error}): a crash may still lose the name") \
+            from None
+
+
+def _place(temporary: Path, destination: Path, *, overwrite: bool) -> None:
+    """Rename the temporary into place (`overwrite`), else link it, which never clobbers."""
+    if overwrite:
+        os.replace(temporary, destination)
+        return
+    try:
+        os.link(temporary, destination)
+        return
+    except FileExistsError:
+        raise OutputExistsError(
+            f"{destination}: already exists (created by another process meanwhile; "
+            "use --overwrite to replace it)"
+        ) from None
+    except OSError as error:
+        if error.errno not in _NO_HARD_LINKS:
+            raise
+    if destination.exists():
+        raise OutputExistsError(
+            f"{destination}: already exists (use --overwrite to replace it)")
+    os.replace(temporary, destination)
+
+
+def _sync(path: Path, *, folder: bool = False) -> None:
+    """fsync a file, or a folder (its entries); a file system that cannot sync a folder says
+    EINVAL, which leaves it at that."""
+    handle = os.open(path, os.O_RDONLY | (getattr(os, "O_DIRECTORY", 0) if folder else 0))
+    try:
+        os.fsync(handle)
+    except OSError as error:
+        if not (folder and error.errno == errno.EINVAL):
+            raise
+    finally:
+        os.close(handle)

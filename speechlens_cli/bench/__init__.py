@@ -20,7 +20,15 @@ from pathlib import Path
 
 import click
 
-from ..pipeline import DEFAULT_DEVICE, DEVICES, OVERLAP_RANGE
+from ..model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from ..pipeline import CHUNK_SECONDS_RANGE, DEFAULT_DEVICE, DEVICES, OVERLAP_RANGE
+
+#: A profile runs the whole signal as one window: at most the CLI's longest window (longer grew
+#: memory without bound: 1e9 s asked for terabytes).
+PROFILE_SECONDS_RANGE = (0.1, CHUNK_SECONDS_RANGE[1])
+#: The start-up file is generated in memory first: up to 10 minutes (the longest measured).
+STARTUP_SECONDS_RANGE = (0.1, 600.0)
+_RATES = click.IntRange(MIN_SAMPLE_RATE, MAX_SAMPLE_RATE)
 
 
 def default_out() -> Path:
@@ -29,6 +37,15 @@ def default_out() -> Path:
     current folder. ``make bench`` passes ``--out docs/bench``."""
     xdg = os.environ.get("XDG_DATA_HOME")
     return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "speechlens" / "bench"
+
+
+def _within(low: float, high: float):
+    """Click callback: a number from `low` to `high` (click's FloatRange lets NaN through)."""
+    def check(_ctx: click.Context, _param: click.Parameter, value: float | None):
+        if value is not None and not low <= value <= high:
+            raise click.BadParameter(f"{value:g} is not from {low:g} to {high:g}")
+        return value
+    return check
 
 
 def _now() -> str:
@@ -49,7 +66,7 @@ def _now() -> str:
 @click.option("--trials", type=click.IntRange(1), default=None,
               help="Timed runs per case (default: 20 for 5-s files on a GPU, 3 on the CPU; 2 / 1 "
                    "for longer files).")
-@click.option("--budget-s", type=click.FloatRange(min=1), default=None,
+@click.option("--budget-s", type=float, default=None, callback=_within(1, float("inf")),
               help="Stop a case's trials (after at least one) once the next would end past this "
                    "many seconds; the report says so. Default: none on a GPU, 1800 on the CPU.")
 @click.option("--peer/--no-peer", default=True, show_default=True,
@@ -63,9 +80,10 @@ def _now() -> str:
               help="Peer warm-ups (default: 1 on a GPU, 0 on the CPU).")
 @click.option("--peer-trials", type=click.IntRange(1), default=None,
               help="Peer trials (default: 3 on a GPU, 2 on the CPU).")
-@click.option("--peer-device", default="auto", show_default=True,
+@click.option("--peer-device", type=click.Choice(["auto", "cpu", "cuda", "mps"]),
+              default="auto", show_default=True,
               help="torch device for the peer: auto (cuda, else mps, else cpu), cpu, cuda, mps.")
-@click.option("--overlap", type=click.FloatRange(*OVERLAP_RANGE), default=None,
+@click.option("--overlap", type=float, default=None, callback=_within(*OVERLAP_RANGE),
               help="Window overlap (default: the CLI's).")
 @click.option("--model", default=None,
               help="Checkpoint to time (default: nvidia/RE-USE if cached, else a random "
@@ -82,8 +100,11 @@ def _now() -> str:
               help="Instead of the timing matrix, profile one run component by component "
                    "(evaluation barriers in the profiler only) at --profile-seconds/"
                    "--profile-rate.")
-@click.option("--profile-rate", type=int, default=44100, show_default=True)
-@click.option("--profile-seconds", type=float, default=5.0, show_default=True)
+@click.option("--profile-rate", type=_RATES, default=44100, show_default=True)
+@click.option("--profile-seconds", type=float, default=5.0, show_default=True,
+              callback=_within(*PROFILE_SECONDS_RANGE),
+              help=f"Seconds of audio, run as one window ({PROFILE_SECONDS_RANGE[0]:g}-"
+                   f"{PROFILE_SECONDS_RANGE[1]:g}).")
 @click.option("--profile-runs", type=click.IntRange(1), default=None,
               help="Profiled runs (median per component; default 3 on a GPU, 1 on the CPU).")
 @click.option("--profile-warmup", type=click.IntRange(0), default=None,
@@ -95,9 +116,11 @@ def _now() -> str:
                    "(start-up included) against whole processes of the peer, alternating, "
                    "--trials times each [default: 3] on a file of --startup-seconds at "
                    "--startup-rate.")
-@click.option("--startup-seconds", type=click.FloatRange(min=0.1), default=None,
-              help="[default: 1 on the CPU, 5 on a GPU]")
-@click.option("--startup-rate", type=int, default=None,
+@click.option("--startup-seconds", type=float, default=None,
+              callback=_within(*STARTUP_SECONDS_RANGE),
+              help=f"{STARTUP_SECONDS_RANGE[0]:g}-{STARTUP_SECONDS_RANGE[1]:g} "
+                   "[default: 1 on the CPU, 5 on a GPU]")
+@click.option("--startup-rate", type=_RATES, default=None,
               help="[default: 16000 on the CPU, 44100 on a GPU]")
 @click.option("--corpus", "corpora", multiple=True, metavar="RATE:COUNT:MIN-MAX",
               help="Instead of the timing matrix, time whole processes over a generated corpus "
@@ -117,6 +140,16 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
             click.echo(case.name)
         return
     from .. import api, kernels
+    from .. import audio as audio_io
+    from ..errors import UsageError
+
+    if name is not None:
+        audio_io.check_name_part(name, "--name")   # the reports stay inside --out
+    out_dir = Path(out_dir) if out_dir is not None else default_out()
+    problem = audio_io.name_problem(out_dir / f"{name or 'report'}.json")
+    if problem:
+        raise UsageError(f"--out {out_dir}: {problem}")
+    audio_io.check_writable(audio_io.nearest_existing(out_dir))   # before hours of timing
 
     api.select_device(device)
     gpu = kernels.backend() != "cpu"
@@ -136,8 +169,6 @@ def bench_command(patterns, list_cases, quick, warmup, trials, budget_s, peer, p
 
     def log(line: str) -> None:
         click.echo(line, err=True)
-
-    out_dir = Path(out_dir) if out_dir is not None else default_out()
 
     if profile:
         _profile(model, out_dir, name, profile_rate, profile_seconds, profile_runs,

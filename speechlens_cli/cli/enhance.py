@@ -34,7 +34,7 @@ def _format_suffix(name: str | None) -> str | None:
     if name is None:
         return None
     suffix = "." + name.lower().lstrip(".")
-    if audio_io.format_for_suffix(suffix) is None:
+    if suffix not in audio_io.writable_suffixes():   # SD2 is known but never written
         raise audio_io.unwritable(f"--format {name}")
     return suffix
 
