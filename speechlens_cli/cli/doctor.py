@@ -14,6 +14,7 @@ import mlx.core as mx
 
 from .. import blas, checkpoint, hub, kernels
 from ..errors import ModelNotFoundError, SpeechlensError, UsageError
+from ..model.config import ModelConfig
 from .app import main
 
 _BLAS_SIZE = 512
@@ -81,6 +82,26 @@ def _backend_fix(backend: str) -> str | None:
     return None
 
 
+def _self_check(backend: str) -> Check:
+    """Each GPU kernel's self-check verdict at RE-USE's channel counts (checked now where none
+    is kept): a failed one runs as MLX ops, correct but slower."""
+    config = ModelConfig()
+    verdicts = kernels.self_check(config.d_inner, config.dt_rank)
+    file = kernels.verdicts_file()
+    extra = {"verdicts": verdicts, "file": str(file)}
+    if not verdicts:
+        return Check("selfcheck", f"none to run: backend {backend} compiles no GPU kernel "
+                     "at run time", extra=extra)
+    text = (f"DI={config.d_inner}: " + ", ".join(f"{name} {verdict}"
+                                                 for name, verdict in verdicts.items())
+            + f" (kept in {file})")
+    if all(verdict == "ok" for verdict in verdicts.values()):
+        return Check("selfcheck", text, extra=extra)
+    return Check("selfcheck", text, "the failed kernels run as MLX ops, slower: a new MLX "
+                 "(pip install --upgrade mlx) is checked again; to check again now, delete "
+                 f"{file}", extra)
+
+
 def _kernel_check() -> Check:
     """speechlens_cli.kernels' own account of where the kernels run, and what would fix a
     fallback to the slow MLX-op versions."""
@@ -135,6 +156,7 @@ def _checks(model: str | None) -> list[Check]:
         Check("mlx", f"{mx.__version__}, backend {backend}, default device "
                      f"{mx.default_device()}", _backend_fix(backend)),
         _kernel_check(),
+        _self_check(backend),
         _blas_check(backend),
         _cache_check(),
         _model_check(model),
@@ -146,11 +168,12 @@ def _checks(model: str | None) -> list[Check]:
               help="Checkpoint to check (default: SPEECHLENS_MODEL, else nvidia/RE-USE).")
 @click.option("--json", "as_json", is_flag=True,
               help="The same facts as one JSON object: ok, problems, and per check its value, "
-                   "ok and fix (blas also gflops).")
+                   "ok and fix (blas also gflops; selfcheck also verdicts and file).")
 @click.pass_context
 def doctor(ctx: click.Context, model: str | None, as_json: bool) -> None:
-    """Check this machine: platform, MLX backend, kernels, BLAS, model cache; exit 1 on a
-    problem (found facts only: the BLAS speed measured is shown, never judged)."""
+    """Check this machine: platform, MLX backend, kernels (on a GPU, each one's self-check), BLAS,
+    model cache; exit 1 on a problem (found facts only: the BLAS speed measured is shown, never
+    judged)."""
     checks = _checks(model)
     problems = sum(check.fix is not None for check in checks)
     if as_json:
