@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from pathlib import Path
 
@@ -347,3 +348,71 @@ def test_a_bad_corpus_is_one_usage_line(tmp_path, spec):
                                        str(tmp_path)])
     assert result.exit_code == 2, result.output
     assert result.stderr.strip().count("\n") == 0 and "error:" in result.stderr, result.stderr
+
+
+BENCH_DOCS = Path(__file__).resolve().parents[1] / "docs" / "bench"
+
+
+def _markdown_tables(text: str) -> list[list[list[str]]]:
+    """Each table of a Markdown text as its rows of cells (header, separator, body), a row's
+    outer pipes optional and an escaped pipe part of its cell, as GitHub's renderer takes them."""
+    tables, rows = [], []
+    for line in text.splitlines() + [""]:
+        if line.startswith("|"):
+            inner = line.strip()[1:]
+            inner = inner[:-1] if inner.endswith("|") else inner
+            rows.append([cell.strip() for cell in re.split(r"(?<!\\)\|", inner)])
+        elif rows:
+            tables.append(rows)
+            rows = []
+    return tables
+
+
+def _misshapen_rows(text: str) -> list[str]:
+    """Rows whose cell count is not their header's."""
+    return [f"{len(row)} cells under {len(table[0])}: {' | '.join(row)[:120]}"
+            for table in _markdown_tables(text) for row in table[1:] if len(row) != len(table[0])]
+
+
+def _rendered_reports() -> list[Path]:
+    """The committed JSON reports `speechlens bench` wrote (the others were written by hand)."""
+    return [p for p in sorted(BENCH_DOCS.glob("*.json"))
+            if "started" in json.loads(p.read_text(encoding="utf-8"))]
+
+
+@pytest.mark.parametrize("md_path", sorted(BENCH_DOCS.glob("*.md")), ids=lambda p: p.name)
+def test_every_committed_report_table_has_its_header_cells(md_path):
+    """A row with more cells than its header shifts every value after the extra one under the
+    wrong heading (RTF showed the fastest trial's seconds)."""
+    assert _misshapen_rows(md_path.read_text(encoding="utf-8")) == []
+
+
+def _cells_by_case(markdown: str) -> dict[str, dict[str, str]]:
+    """The speechlens table's rows, each as heading -> cell."""
+    (table,) = [t for t in _markdown_tables(markdown) if t[0][:2] == ["case", "audio"]]
+    return {row[0]: dict(zip(table[0], row, strict=True)) for row in table[2:]}
+
+
+@pytest.mark.parametrize("json_path", _rendered_reports(), ids=lambda p: p.name)
+def test_committed_and_freshly_rendered_reports_put_each_value_under_its_heading(json_path):
+    report = json.loads(json_path.read_text(encoding="utf-8"))
+    fresh = rep.markdown(report)
+    assert _misshapen_rows(fresh) == []
+    if report.get("kind"):
+        return  # profile, start-up and corpus reports have no case table
+    for markdown in (fresh, json_path.with_suffix(".md").read_text(encoding="utf-8")):
+        cells = _cells_by_case(markdown)
+        for row in report["cases"]:
+            if "error" not in row:
+                assert cells[row["case"]]["RTF"] == f"{row['rtf_median']:.3f}"
+                assert cells[row["case"]]["min s"] == f"{min(row['times_s']):.3f}"
+
+
+def test_a_report_with_failed_cases_and_peers_keeps_its_tables_square():
+    report = json.loads((BENCH_DOCS / "cpu-intel-xeon-2cores.json").read_text(encoding="utf-8"))
+    report["cases"].append({"case": "5s-16k-w5-broken", "seconds": 5.0, "rate": 16000,
+                            "window_s": 5.0, "mode": "standard", "error": "out of memory"})
+    report["peer"].append({"group": "5s-16k-w5", "device": "cpu", "error": "torch missing"})
+    markdown = rep.markdown(report)
+    assert "FAILED: out of memory" in markdown and "FAILED: torch missing" in markdown
+    assert _misshapen_rows(markdown) == []

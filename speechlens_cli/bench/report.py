@@ -230,6 +230,12 @@ def _mib(value) -> str:
     return "-" if value is None else f"{value / MIB:,.0f}"
 
 
+def _cell(text) -> str:
+    """A value as one Markdown table cell: a pipe in it (a component's "log1p |X|") escaped, so
+    it does not end the cell and shift every column after it."""
+    return str(text).replace("|", "\\|")
+
+
 def _kv_table(items: dict) -> list[str]:
     lines = ["| | |", "|---|---|"]
     for key, value in items.items():
@@ -246,7 +252,7 @@ def _notes(report: dict) -> list[str]:
 def _targets_table(report: dict) -> list[str]:
     lines = ["", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for t in report.get("targets", []):
-        lines.append(f"| {t['target']} | {t['measured']} | {t['met']} |")
+        lines.append(f"| {_cell(t['target'])} | {_cell(t['measured'])} | {t['met']} |")
     return lines
 
 
@@ -290,20 +296,20 @@ def markdown(report: dict) -> str:
     })
     lines += ["", "## speechlens (MLX)", "",
               ("| case | audio | rate | window | mode | windows | warm-up + trials | median s | "
-              "p90 s | RTF | MLX peak MiB | RSS peak MiB | load avg | note |"),
-              "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---|---|"]
+              "p90 s | min s | RTF | MLX peak MiB | RSS peak MiB | load avg | note |"),
+              "|---|---:|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|---|---|"]
     for r in report.get("cases", []):
         if "error" in r:
             lines.append(f"| {r['case']} | {r['seconds']:g} s | {r['rate']} | {r['window_s']:g} s "
                          f"| {r['mode']} | - | - | - | - | - | - | - | - | - | "
-                         f"FAILED: {r['error']} |")
+                         f"FAILED: {_cell(r['error'])} |")
             continue
         lines.append(
             f"| {r['case']} | {r['seconds']:g} s | {r['rate']} | {r['window_s']:g} s | {r['mode']} "
             f"| {r['windows']} | {r['warmup']} + {r['trials']} | {r['median_s']:.3f} | "
             f"{r['p90_s']:.3f} | {_min(r)} | {r['rtf_median']:.3f} | {_mib(r['mlx_peak_bytes'])} | "
             f"{_mib(r['rss_peak_bytes'])} | {r['load_at_start'].split()[0]}-"
-            f"{r['load_at_end'].split()[0]} | {r.get('note', '')} |")
+            f"{r['load_at_end'].split()[0]} | {_cell(r.get('note', ''))} |")
     peers = report.get("peer", [])
     lines += ["", "## Peers, same input, same run", "",
               (f"{PLAIN_PEER}: speechlens's windows through the same pipeline. NVIDIA stack: the "
@@ -322,7 +328,7 @@ def markdown(report: dict) -> str:
             if "error" in p:
                 lines.append(f"| {who} | {p['group']} | {p['device']} "
                              "| - | - | - | - | - | - | - | - "
-                             f"| - | FAILED: {p['error']}")
+                             f"| FAILED: {_cell(p['error'])} |")
                 continue
             sl = [_case(report, f"{p['group']}-{m}") for m in ("standard", "strict")]
             medians = " / ".join(f"{r['median_s']:.3f}" if r else "-" for r in sl)
@@ -373,8 +379,8 @@ def profile_markdown(report: dict) -> str:
               "|---|---|---:|---:|---:|---:|"]
     for r in p["components"]:
         mamba = "-" if r["share_of_mamba"] is None else f"{100 * r['share_of_mamba']:.1f}%"
-        lines.append(f"| {r['component']} | {r['group']} | {r['calls']} | {r['total_s']:.3f} | "
-                     f"{100 * r['share']:.1f}% | {mamba} |")
+        lines.append(f"| {_cell(r['component'])} | {r['group']} | {r['calls']} | "
+                     f"{r['total_s']:.3f} | {100 * r['share']:.1f}% | {mamba} |")
     return "\n".join(lines) + "\n"
 
 
