@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import platform
 import re
 import signal
 import struct
@@ -699,3 +700,99 @@ def test_a_hangup_under_nohup_is_ignored(tmp_path, tiny_checkpoint):
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 0, stderr
     assert [p.name for p in out.iterdir()] == ["o.wav"]
+
+
+# Honest speed (issue 32, build item 3): estimates from measured rates, progress lines in a log,
+# a batch's closing summary.
+
+def test_a_long_file_without_a_terminal_reports_progress_as_lines(tmp_path, tiny_checkpoint,
+                                                                   monkeypatch):
+    """A SLURM log saw nothing until the end: now a line as each window finishes, at most every
+    PROGRESS_INTERVAL_S (0 here), with the time left."""
+    from speechlens_cli.cli import reporting
+    monkeypatch.setattr(reporting, "PROGRESS_INTERVAL_S", 0.0)
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    src = make_audio(tmp_path / "long.wav", frames=16 * RATE)
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--chunk-seconds", "5")
+    assert result.exit_code == 0, result.stderr
+    lines = [line for line in result.stderr.splitlines() if " s of audio, about " in line]
+    assert len(lines) >= 2, result.stderr  # 16 s in 5-s windows: four windows, three before the end
+    assert lines[0].startswith(f"{src}: ") and lines[0].endswith(" left")
+    assert "of 16.0 s of audio" in lines[0]
+    assert result.stderr.splitlines()[-1].startswith("enhanced ")
+
+
+def test_the_first_window_gives_the_estimate_when_nothing_was_measured_here(
+        tmp_path, tiny_checkpoint, monkeypatch):
+    from speechlens_cli.cli import reporting
+    monkeypatch.setattr(reporting, "ESTIMATE_NOTE_S", 0.0)
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    src = make_audio(tmp_path / "long.wav", frames=16 * RATE)
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--chunk-seconds", "5")
+    assert result.exit_code == 0, result.stderr
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: about ")]
+    assert len(notes) == 1, result.stderr
+    assert notes[0].endswith("left for this file on this machine "
+                             "(from the speed of its first window)")
+
+
+def test_a_rate_measured_here_gives_the_estimate_before_the_file(tmp_path, tiny_checkpoint,
+                                                                  monkeypatch):
+    """The rate a run measured is kept in the cache folder; the next run states its estimate
+    from it before any work (1 million samples at 90 s per million: about 2 min)."""
+    from speechlens_cli.cli import speed
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(cache))
+    monkeypatch.setattr(speed, "MIN_MEASURED_S", 0.0)
+    first = invoke("enhance", make_audio(tmp_path / "a.wav"), tmp_path / "a-out.wav",
+                   "--model", tiny_checkpoint)
+    assert first.exit_code == 0 and "note:" not in first.stderr, first.stderr
+    rates = json.loads((cache / speed.RATES_FILE).read_text())
+    (key,) = rates
+    assert key.startswith(f"{platform.node()}/cpu/standard/")  # and the model's size
+    assert rates[key] > 0
+    (cache / speed.RATES_FILE).write_text(json.dumps({key: 90.0}))
+    src = make_audio(tmp_path / "b.wav", frames=RATE * 125)  # a million samples
+    monkeypatch.setattr(speed, "store_rate", lambda *args: None)  # keep the 90 s for the check
+    second = invoke("enhance", src, tmp_path / "b-out.wav", "--model", tiny_checkpoint)
+    assert second.exit_code == 0, second.stderr
+    assert second.stderr.splitlines()[0] == ("note: about 2 min for this file on this machine "
+                                             "(measured here by earlier runs)")
+
+
+def test_a_batch_without_a_terminal_has_a_line_per_file_and_totals(tmp_path, tiny_checkpoint,
+                                                                    monkeypatch):
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("a", "b"):
+        make_audio(tmp_path / "in" / f"{name}.wav")
+    result = invoke("enhance", tmp_path / "in", tmp_path / "out", "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.stderr
+    lines = result.stderr.splitlines()
+    folder = re.escape(str(tmp_path / "in"))
+    assert any(re.fullmatch(rf"\[1/2\] {folder}/a\.wav: 0\.05 s of audio in \d+\.\d\d s; "
+                            r"(about \d+ s|under a second) left", line)
+               for line in lines), result.stderr
+    assert any(re.fullmatch(rf"\[2/2\] {folder}/b\.wav: 0\.05 s of audio in \d+\.\d\d s", line)
+               for line in lines), result.stderr
+    assert re.fullmatch(r"2 done; 0\.1 s of audio enhanced in \d+\.\d s "
+                        r"\(\d+\.\d\d s of audio per s\)", lines[-1]), result.stderr
+
+
+def test_a_large_batch_closes_with_totals_and_its_failures_not_a_row_per_file(
+        tmp_path, tiny_checkpoint, monkeypatch):
+    """1,000 files printed 1,000 rows; above SUMMARY_TABLE_MAX_FILES (2 here) the summary is the
+    failures, named again (their lines have scrolled away), and the totals."""
+    from speechlens_cli.cli import reporting
+    monkeypatch.setattr(reporting, "SUMMARY_TABLE_MAX_FILES", 2)
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("a", "b"):
+        make_audio(tmp_path / "in" / f"{name}.wav")
+    (tmp_path / "in" / "c.wav").write_bytes(b"RIFF\x00\x00\x00\x00WAVEjunk")
+    result = invoke("enhance", tmp_path / "in", tmp_path / "out", "--model", tiny_checkpoint)
+    assert result.exit_code == 3, result.stderr
+    assert "speechlens enhance" not in result.stderr and "│" not in result.stderr
+    lines = result.stderr.splitlines()
+    assert lines[-3] == f"failed: {tmp_path / 'in' / 'c.wav'}", result.stderr
+    assert lines[-2].startswith("2 done, 1 failed; 0.1 s of audio enhanced in "), result.stderr

@@ -1,9 +1,10 @@
-"""How `enhance` reports: progress bars and notes on stderr, JSON lines on stdout, the batch
-summary table at the end."""
+"""How `enhance` reports: progress bars (a terminal) or progress lines (a log) and notes on
+stderr, the time it will take, JSON lines on stdout, the batch summary at the end."""
 
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 
 import click
@@ -11,9 +12,17 @@ import click
 from .. import audio as audio_io
 from ..api import FilePlan
 from ..results import FileResult, Status
+from . import speed
 
 _STYLES = {Status.DONE: "green", Status.SKIPPED: "yellow",
            Status.NOT_AUDIO: "dim", Status.PLANNED: "cyan"}
+#: A run expected to take longer is announced with its estimate.
+ESTIMATE_NOTE_S = 60.0
+#: Without a terminal (a SLURM log), a long file's progress line at most this often, as its
+#: windows finish.
+PROGRESS_INTERVAL_S = 60.0
+#: A batch of more files closes with totals and its failures, not one row per file.
+SUMMARY_TABLE_MAX_FILES = 20
 
 
 class ProgressDisplay:
@@ -71,9 +80,31 @@ class ProgressDisplay:
                                  shown=f"{finished}/{self.total_files} files")
 
 
-def print_summary(console, results: list[FileResult]) -> None:
-    """The batch's table, one row per file that did not fail (each failure was its own error line
-    as it happened), and the count per status."""
+def print_summary(console, results: list[FileResult], elapsed: float) -> None:
+    """Up to SUMMARY_TABLE_MAX_FILES files, the batch's table, one row per file that did not fail
+    (each failure was its own error line as it happened); above, the failures again (their lines
+    have scrolled away). Then the count per status and the audio enhanced per second of the run
+    (`elapsed`, the model's loading included)."""
+    from rich.text import Text
+
+    failed = [result.input for result in results if result.status is Status.FAILED]
+    if len(results) > SUMMARY_TABLE_MAX_FILES:
+        for name in failed:
+            console.print(Text(f"failed: {name}"))
+    else:
+        _print_table(console, results)
+    counts: dict[str, int] = {}
+    for result in results:
+        counts[result.status.value] = counts.get(result.status.value, 0) + 1
+    audio = sum(result["seconds"] for result in results if result.status is Status.DONE)
+    totals = ", ".join(f"{n} {status}" for status, n in counts.items())
+    if audio:
+        totals += (f"; {audio:.1f} s of audio enhanced in {elapsed:.1f} s "
+                   f"({audio / max(elapsed, 1e-9):.2f} s of audio per s)")
+    console.print(Text(totals))
+
+
+def _print_table(console, results: list[FileResult]) -> None:
     from rich.table import Table
     from rich.text import Text
 
@@ -90,15 +121,12 @@ def print_summary(console, results: list[FileResult]) -> None:
                       audio, Text(note))
     if table.row_count:
         console.print(table)
-    counts: dict[str, int] = {}
-    for result in results:
-        counts[result.status.value] = counts.get(result.status.value, 0) + 1
-    console.print(", ".join(f"{n} {status}" for status, n in counts.items()), highlight=False)
 
 
 class Reporter:
     """Collects every file's result and says what it needs to: its JSON line (stdout), its
-    notes (stderr, unless quiet), and at the end of a batch the summary."""
+    notes (stderr, unless quiet), how long the run will take, progress lines where no terminal
+    shows the bars, and at the end of a batch the summary."""
 
     def __init__(self, *, as_json: bool, quiet: bool, verbose: bool, batch: bool, total: int,
                  plan_lines: bool = True):
@@ -109,12 +137,70 @@ class Reporter:
         self.json_error: str | None = None
         self.display = ProgressDisplay(quiet=quiet, batch=batch, total=total)
         self.progress = self.display.progress
-        self.file_progress = self.display.file_progress
-        self.batch_seconds = self.display.batch_seconds
+        #: Progress as lines: stderr is a log, not a terminal.
+        self.log_lines = not quiet and not self.display.console.is_terminal
+        self.started = time.monotonic()
+        self.rate_key: str | None = None  # set once the model is loaded
+        self.rate: float | None = None    # seconds per million samples, measured here before
+        self.estimated = False            # the run's one estimate was given (or not needed)
+        self.planned: list[FilePlan] = []
+        self.audio_done = 0.0             # seconds of audio of the files enhanced so far
+        self.samples_done = 0             # and their samples (_samples)
+        self.working = 0.0                # wall seconds those files took
 
     def note(self, message: str, *, verbose: bool = False) -> None:
         if not self.quiet and (self.verbose or not verbose):
             self.display.print(message)
+
+    def plan_batch(self, plans: list[FilePlan]) -> None:
+        """The files the run will enhance, once every one is planned: the batch bar's total."""
+        self.planned = plans
+        self.display.batch_seconds(sum(plan.info.seconds for plan in plans))
+
+    def model_ready(self, rate_key: str) -> None:
+        """The model is loaded: a batch's estimate, where this machine has timed it before."""
+        self.rate_key, self.rate = rate_key, speed.stored_rate(rate_key)
+        if self.batch and self.rate is not None:
+            self._estimate(sum(_samples(plan) for plan in self.planned) * self.rate / 1e6,
+                           f"for this batch's {len(self.planned)} files "
+                           f"({sum(plan.info.seconds for plan in self.planned):.1f} s of audio)",
+                           "measured here by earlier runs")
+
+    def _estimate(self, seconds: float, what: str, source: str) -> None:
+        if not self.estimated and seconds >= ESTIMATE_NOTE_S:
+            self.note(f"note: {speed.about(seconds)} {what} on this machine ({source})")
+        self.estimated = True
+
+    def file_progress(self, plan: FilePlan):
+        """A pipeline progress callback: the bars, the run's estimate (from earlier runs, else
+        from the first window's speed, for the file or the rest of the batch) and, without a
+        terminal, a line at most every PROGRESS_INTERVAL_S."""
+        show = self.display.file_progress(plan)
+        name, rate, total = plan.name, plan.info.sample_rate, plan.info.seconds
+        samples = _samples(plan)
+        if self.rate is not None:
+            self._estimate(samples * self.rate / 1e6, "for this file",
+                           "measured here by earlier runs")
+        started = last_line = time.monotonic()
+
+        def update(frames: int) -> None:
+            nonlocal last_line
+            show(frames)
+            now = time.monotonic()
+            per_sample = (now - started) / max(frames * plan.info.channels, 1)
+            left = per_sample * (samples - frames * plan.info.channels)
+            if self.batch:
+                batch_left = sum(_samples(each) for each in self.planned) - self.samples_done
+                self._estimate(per_sample * (batch_left - frames * plan.info.channels),
+                               "left for this batch", "from the speed of its first window")
+            else:
+                self._estimate(left, "left for this file", "from the speed of its first window")
+            if self.log_lines and frames < plan.info.frames \
+                    and now - last_line >= PROGRESS_INTERVAL_S:
+                last_line = now
+                self.display.print(f"{name}: {frames / rate:.1f} of {total:.1f} s of audio, "
+                                   f"{speed.about(left)} left")
+        return update
 
     def record(self, result: FileResult) -> None:
         self.results.append(result)
@@ -127,6 +213,7 @@ class Reporter:
                 self.json_error = (f"<stdout>: the --json report could not be written "
                                    f"({error.strerror or error}) from {result.input} on")
         if result.status is Status.DONE:
+            self._measured(result)
             if result["clamped"]:
                 self.note(f"warning: {result.output}: {result['clamped']} samples clamped to "
                           f"full scale ({result['subtype']} cannot hold louder peaks)")
@@ -139,6 +226,24 @@ class Reporter:
         elif result.status is Status.NOT_AUDIO:
             self.note(f"skipped, not audio: {result.input}")
 
+    def _measured(self, result: FileResult) -> None:
+        """Keep the file's speed for the next run's estimate; in a batch without a terminal,
+        its line, with the time the rest will take at this run's speed."""
+        elapsed = result["elapsed_seconds"]
+        if self.rate_key is not None:
+            speed.store_rate(self.rate_key, elapsed, result["frames"] * result["channels"])
+        self.audio_done += result["seconds"]
+        self.samples_done += result["frames"] * result["channels"]
+        self.working += elapsed
+        if not (self.batch and self.log_lines):
+            return
+        line = (f"[{len(self.results)}/{self.display.total_files}] {result.input}: "
+                f"{result['seconds']:.2f} s of audio in {elapsed:.2f} s")
+        audio_left = sum(plan.info.seconds for plan in self.planned) - self.audio_done
+        if audio_left > 0 and self.audio_done > 0:
+            line += f"; {speed.about(audio_left * self.working / self.audio_done)} left"
+        self.display.print(line)
+
     def plan_line(self, result: FileResult) -> None:
         if self.plan_lines and result.status is Status.PLANNED and not self.as_json:
             click.echo(f"{result.input} -> {result.output}: {result['sample_rate']} Hz, "
@@ -148,4 +253,9 @@ class Reporter:
     def summary(self) -> None:
         if self.quiet or not self.batch:
             return
-        print_summary(self.display.console, self.results)
+        print_summary(self.display.console, self.results, time.monotonic() - self.started)
+
+
+def _samples(plan: FilePlan) -> int:
+    """What the model's work grows with: frames times channels, at any rate."""
+    return plan.info.frames * plan.info.channels

@@ -11,7 +11,7 @@ from .. import audio as audio_io
 from ..errors import OutputError, OutputExistsError, SpeechlensError
 from ..pipeline import MAX_WINDOW_SECONDS
 from ..results import FileResult, Status
-from . import interrupts
+from . import interrupts, speed
 from .jobs import Job
 from .reporting import Reporter
 
@@ -55,7 +55,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
                                    {"error": str(error)}))
 
     outcomes = _plan_jobs(jobs, options, batch=batch, inputs=inputs)
-    reporter.batch_seconds(sum(o.info.seconds for o in outcomes if isinstance(o, api.FilePlan)))
+    reporter.plan_batch([o for o in outcomes if isinstance(o, api.FilePlan)])
     for job, plan in zip(jobs, outcomes, strict=True):
         interrupts.check()
         if isinstance(plan, FileResult):
@@ -79,6 +79,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
             reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on "
                           f"{options.device}; {windows}, overlap {options.overlap:g}",
                           verbose=True)
+            reporter.model_ready(speed.rate_key(model, options.device, options.strict))
         reporter.note(f"{job.name}: {plan.info.frames} frames, {plan.info.sample_rate} Hz, "
                       f"{plan.info.channels} ch, {plan.output.format}/{plan.output.subtype}",
                       verbose=True)
