@@ -1,4 +1,16 @@
-"""The Python API the CLI is built on; its defaults are the CLI's defaults."""
+"""The Python API the CLI is built on; its defaults are the CLI's defaults.
+
+Load the model once and pass it to every call (each call given a path or None loads it again)::
+
+    import soundfile as sf
+    from speechlens_cli import api
+
+    model = api.get_model()                 # nvidia/RE-USE, or get_model("path/to/checkpoint")
+    for name in ("a.wav", "b.wav"):
+        audio, rate = sf.read(name, dtype="float32")
+        clean = api.enhance(audio, rate, model=model)
+        api.enhance_file(name, f"clean-{name}", model=model)   # streamed, for long files
+"""
 
 from __future__ import annotations
 
@@ -20,13 +32,14 @@ from .errors import (
     OutputExistsError,
     UsageError,
 )
-from .model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
+from .model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, ModelConfig
 from .model.semamba import SEMamba
 from .pipeline import (
     DEFAULT_CHUNK_SECONDS,
     DEFAULT_DEVICE,
     DEFAULT_OVERLAP,
     DEVICES,
+    Geometry,
     ProgressFn,
     check_atten_lim,
     check_settings,
@@ -42,7 +55,8 @@ ModelSpec = SEMamba | str | os.PathLike | None
 
 
 def get_model(model: ModelSpec = None) -> SEMamba:
-    """An already-loaded model passes through; anything else is resolved and loaded."""
+    """An already-loaded model passes through; anything else is resolved and loaded (None:
+    $SPEECHLENS_MODEL, else nvidia/RE-USE). Load once, pass the result to every call."""
     return model if isinstance(model, SEMamba) else checkpoint.load_model(model)
 
 
@@ -80,9 +94,16 @@ def _check_arguments(**arguments) -> None:
             raise UsageError(f"{name} must be {what}, got {value!r:.80}")
 
 
+#: Integer PCM the API takes, and the full scale each is divided by (soundfile's reading of
+#: PCM_16 and PCM_32 as float: -32768 -> -1.0, 32767 -> 1 - 2**-15).
+_PCM_FULL_SCALE = {np.dtype(np.int16): 2.0 ** 15, np.dtype(np.int32): 2.0 ** 31}
+
+
 def _real_array(audio) -> np.ndarray:
-    """`audio` as an array of real samples (integers or floats): complex, timedelta, boolean or
-    object arrays have no meaning as audio, and a complex one lost its imaginary part silently."""
+    """`audio` as float samples in [-1, 1] full scale: floats as they are, int16 and int32 PCM
+    scaled as soundfile reads them (taken as floats, they came out ~32,768 times too loud).
+    Other integers have no agreed full scale, and complex, timedelta, boolean or object arrays
+    no meaning as audio: each is refused."""
     try:
         array = np.asarray(audio)
     except (ValueError, TypeError) as error:   # ragged nesting, objects numpy cannot hold
@@ -92,7 +113,12 @@ def _real_array(audio) -> np.ndarray:
     if array.ndim not in (1, 2) or array.dtype.kind not in "iuf":
         raise UsageError(f"audio must be a 1-D or 2-D numeric array of real samples (integers "
                          f"or floats), got shape {array.shape} of {array.dtype}")
-    return array
+    if array.dtype.kind == "f":
+        return array
+    if array.dtype not in _PCM_FULL_SCALE:
+        raise UsageError(f"audio of {array.dtype} has no full scale speechlens knows: give "
+                         "floats in [-1, 1], or int16 or int32 PCM")
+    return array / _PCM_FULL_SCALE[array.dtype]
 
 
 def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
@@ -106,9 +132,9 @@ def check_sample_rate(sample_rate: int, name: str | None = None) -> None:
         )
 
 
-def check_length(model: SEMamba, frames: int, sample_rate: int, subject: str) -> None:
+def check_length(config: ModelConfig, frames: int, sample_rate: int, subject: str) -> None:
     """At least one STFT frame of audio; `subject` names it in the message."""
-    minimum = model.config.stft_params(sample_rate).n_fft
+    minimum = config.stft_params(sample_rate).n_fft
     if frames < minimum:
         raise AudioInputError(f"{subject} too short ({frames} samples; one STFT frame needs "
                               f"{minimum} at {sample_rate} Hz)")
@@ -165,8 +191,10 @@ def enhance(
 ) -> np.ndarray:
     """Enhance a whole in-memory signal.
 
-    `audio` is [N] or [N, channels] (soundfile's layout), float in [-1, 1] full scale; the result
-    has the same shape, float32. Peaks above full scale are kept, never clipped or rescaled.
+    `audio` is [N] or [N, channels] (soundfile's layout), float in [-1, 1] full scale, or int16
+    or int32 PCM (scaled to it as soundfile does); the result has the same shape, float32.
+    Peaks above full scale are kept, never clipped or rescaled. `model`: one loaded once with
+    get_model for many calls (the module's example), or what get_model takes, loaded here.
     `atten_lim_db` keeps some of the original (pipeline.mix_original).
     """
     _check_arguments(model=model, strict=strict, atten_lim_db=atten_lim_db)
@@ -179,7 +207,7 @@ def enhance(
                                 "a [channels, N] array needs transposing to [N, C]")
     audio_io.check_finite(array, "audio")
     net = get_model(model)
-    check_length(net, frames, int(sample_rate), "audio is")
+    check_length(net.config, frames, int(sample_rate), "audio is")
     check_window_memory(net.config, frames, int(sample_rate), "audio")
     as_channels = array.reshape(frames, -1).astype(np.float32)
     out = enhance_channels(net, as_channels, int(sample_rate), strict)
@@ -268,6 +296,27 @@ def plan_file(
     return FilePlan(source, destination, info, output, overwrite, name, root)
 
 
+def check_plan(plan: FilePlan, config: ModelConfig, *,
+               chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
+               overlap: float = DEFAULT_OVERLAP) -> Geometry:
+    """The checks of a planned file that need the model's configuration, not its weights (long
+    enough for one STFT frame, windows that fit in memory): run_plan's, and a dry run's."""
+    check_length(config, plan.info.frames, plan.info.sample_rate, f"{plan.name}:")
+    return plan_windows(config, plan.info.frames, plan.info.sample_rate, chunk_seconds,
+                        overlap, plan.name)
+
+
+def untrained_rate_note(plan: FilePlan) -> str | None:
+    """What happens to a file whose rate is above the 8-48 kHz RE-USE was trained on (up to
+    MAX_SAMPLE_RATE it runs, its STFT scaled to the rate), or None within that range."""
+    rate, top = plan.info.sample_rate, max(SUPPORTED_SAMPLE_RATES)
+    if rate <= top:
+        return None
+    return (f"{plan.name}: {rate} Hz is above the {MIN_SAMPLE_RATE // 1000}-{top // 1000} kHz "
+            f"RE-USE was trained on; it is enhanced at {rate} Hz all the same and may come out "
+            f"less clean (resample to {top} Hz for the model's own range)")
+
+
 def run_plan(
     plan: FilePlan,
     model: SEMamba,
@@ -281,9 +330,7 @@ def run_plan(
     """Stream one planned file through `model` into a temporary file, then rename it into place;
     `atten_lim_db` keeps some of the original (pipeline.mix_original)."""
     rate = plan.info.sample_rate
-    check_length(model, plan.info.frames, rate, f"{plan.name}:")
-    geometry = plan_windows(model.config, plan.info.frames, rate, chunk_seconds, overlap,
-                            plan.name)
+    geometry = check_plan(plan, model.config, chunk_seconds=chunk_seconds, overlap=overlap)
     started = time.perf_counter()
     audio_io.make_folders(plan.destination.parent, plan.root)
     with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:

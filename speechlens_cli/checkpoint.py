@@ -7,6 +7,7 @@ rejected with a typed error before any tensor is allocated or any model is built
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import math
 import os
@@ -25,6 +26,7 @@ from .errors import (
     IncompatibleModelError,
     LicenseRequiredError,
     ModelNotFoundError,
+    SpeechlensError,
     UsageError,
 )
 from .hub import file_sha256
@@ -91,6 +93,25 @@ class CheckpointReport:
 
 # --------------------------------------------------------------------------- locating files
 
+def _names_the_variable(function):
+    """`function(spec, ...)`, whose errors name $SPEECHLENS_MODEL when the checkpoint came from
+    it (spec None): a user who never typed the path sees where it was set."""
+    @functools.wraps(function)
+    def wrapper(spec=None, *args, **kwargs):
+        value = os.environ.get(MODEL_ENV) if spec is None or str(spec) == "" else None
+        try:
+            return function(spec, *args, **kwargs)
+        except SpeechlensError as error:
+            message = str(error)
+            if not value or message.startswith(f"{MODEL_ENV}="):   # named by an inner call
+                raise
+            named = (f"{MODEL_ENV}={message}" if message.startswith(f"{value}:")
+                     else f"{MODEL_ENV}={value}: {message}")
+            raise type(error)(named) from None
+    return wrapper
+
+
+@_names_the_variable
 def resolve(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointFiles:
     """A local directory, a .safetensors file, or a Hugging Face repo id -> the files to load.
 
@@ -169,12 +190,12 @@ def license_accepted() -> bool:
     return _license_accepted or _env_true(LICENSE_ENV)
 
 
-def license_required(repo_id: str) -> LicenseRequiredError:
-    """The one refusal for a download of NVIDIA's weights without their license accepted."""
-    return LicenseRequiredError(
-        f"{repo_id} is not downloaded yet, and its weights are under NVIDIA's non-commercial "
-        f"license (NSCLv1): {LICENSE_NOTE} Run `speechlens models pull` to read and accept it, "
-        f"or pass --accept-license (scripts: {LICENSE_ENV}=1)")
+def license_required(repo_id: str, accept_by: str = "run `speechlens models pull` in a "
+                     f"terminal, or set {LICENSE_ENV}=1") -> LicenseRequiredError:
+    """The one refusal for a download of NVIDIA's weights without their license accepted: the
+    license once, then `accept_by`, the way to accept it open to whoever was refused."""
+    return LicenseRequiredError(f"{repo_id} is not downloaded yet. {LICENSE_NOTE} To accept "
+                                f"these terms and download it, {accept_by}")
 
 
 def needs_license(spec: str | os.PathLike | None = None) -> bool:
@@ -346,6 +367,17 @@ def _read_config(files: CheckpointFiles) -> ModelConfig:
         raise IncompatibleModelError(f"{files.config.parent}: {error}") from None
 
 
+def planning_config(spec: str | os.PathLike | None = None) -> ModelConfig:
+    """The configuration a dry run checks files against, without the weights: the checkpoint's
+    config.json where it is on this machine, else the official one, which a download brings."""
+    try:
+        files = resolve(spec, download=False)
+    except ModelNotFoundError:
+        return ModelConfig()
+    return _read_config(files)
+
+
+@_names_the_variable
 def inspect(spec: str | os.PathLike | None = None, *, download: bool = True) -> CheckpointReport:
     """Everything `models verify` reports; raises the typed error of the first problem found."""
     files = resolve(spec, download=download)
@@ -426,6 +458,7 @@ def _read_tensors(path: Path, entries: dict[str, TensorEntry], data_start: int):
     }
 
 
+@_names_the_variable
 def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) -> SEMamba:
     """Resolve, validate, convert and load a checkpoint into an evaluated SEMamba. Validation
     is `inspect`'s, without an unpinned file's sha256, which only reports need."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import platform
 import re
 import signal
@@ -29,6 +30,7 @@ from speechlens_cli import api, blas, checkpoint, cli, kernels
 from speechlens_cli.audio import AudioInfo, OutputFormat
 from speechlens_cli.cli import interrupts, main
 from speechlens_cli.cli.reporting import ProgressDisplay
+from speechlens_cli.errors import UsageError
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, write_checkpoint
 from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import make_audio
@@ -266,7 +268,8 @@ def test_batch_without_failures_exits_0(tmp_path, tiny_checkpoint):
 
 
 def test_several_inputs_into_one_folder(tmp_path, tiny_checkpoint):
-    """Files and folders with -o; a second input with the same output name fails, not clobbers."""
+    """Files and folders with -o (a folder keeps its name); a second input with the same output
+    name fails, not clobbers."""
     one = make_audio(tmp_path / "a" / "same.wav", seed=1)
     two = make_audio(tmp_path / "b" / "same.wav", seed=2)
     make_audio(tmp_path / "folder" / "inner.wav", seed=3)
@@ -278,7 +281,7 @@ def test_several_inputs_into_one_folder(tmp_path, tiny_checkpoint):
     assert statuses == ["done", "failed", "done"]
     assert "also the output of another input" in result.stdout
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.wav")) == \
-        ["inner.wav", "same.wav"]
+        ["folder/inner.wav", "same.wav"]
 
 
 def test_dry_run_writes_nothing_and_loads_no_model(tmp_path, load_count):
@@ -297,6 +300,195 @@ def test_dry_run_writes_nothing_and_loads_no_model(tmp_path, load_count):
     assert load_count[0] == 0
     plain = invoke("enhance", tmp_path / "in", out, "--dry-run", "--model", "unused")
     assert f"-> {out / 'a.wav'}: 8000 Hz, 1 ch, 0.05 s, WAV/PCM_16" in plain.stdout
+
+
+# Re-runs, resumes and mistakes a batch meets (issue 32, build item 4)
+
+def _stamps(root: Path) -> dict[Path, int]:
+    return {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
+
+
+def test_a_suffix_rerun_leaves_its_own_outputs_alone(tmp_path, tiny_checkpoint):
+    """`enhance *.wav --suffix _clean` run again: the glob now matches a_clean.wav too, which
+    became a_clean_clean.wav (and the done files errors, exit 3). Now the outputs of the first
+    run are skipped by name, the done ones reported as exists: exit 0, nothing written."""
+    inputs = [make_audio(tmp_path / f"{name}.wav", seed=seed) for seed, name in enumerate("ab")]
+    first = invoke("enhance", *inputs, "--suffix", "_clean", "--model", tiny_checkpoint)
+    assert first.exit_code == 0, first.output
+    stamps = _stamps(tmp_path)
+    again = invoke("enhance", *sorted(tmp_path.glob("*.wav")), "--suffix", "_clean", "--json",
+                   "--model", tmp_path / "no-such-model")
+    assert again.exit_code == 0, again.output
+    reasons = {Path(r["input"]).name: (r["status"], r["reason"]) for r in json_lines(again.stdout)}
+    assert reasons == {
+        "a.wav": ("skipped", "exists (--overwrite replaces it)"),
+        "b.wav": ("skipped", "exists (--overwrite replaces it)"),
+        "a_clean.wav": ("skipped", "its name ends in _clean: an output, not enhanced again"),
+        "b_clean.wav": ("skipped", "its name ends in _clean: an output, not enhanced again")}
+    assert _stamps(tmp_path) == stamps   # no a_clean_clean.wav, nothing rewritten
+
+
+def test_a_rerun_batch_reports_exists_unless_asked_to_fail(tmp_path, tree, tiny_checkpoint):
+    """A finished batch run again: every done file was an error (exit 3). Now each is a skip
+    that says how to replace it, exit 0 when nothing else failed; --fail-existing keeps the
+    strict answer (exit 3, each existing output one error line)."""
+    (tree / "sub" / "corrupt.wav").unlink()
+    out = tmp_path / "out"
+    assert invoke("enhance", tree, out, "--model", tiny_checkpoint).exit_code == 0
+    stamps = _stamps(out)
+    again = invoke("enhance", tree, out, "--model", tmp_path / "no-such-model", "--json")
+    assert again.exit_code == 0, again.output
+    assert [(r["status"], r.get("reason")) for r in json_lines(again.stdout)] == \
+        [("skipped", "exists (--overwrite replaces it)")] * 3 + \
+        [("not-audio", "not an audio file")]
+    strict = invoke("enhance", tree, out, "--model", tmp_path / "no-such-model",
+                    "--fail-existing", "-q")
+    assert strict.exit_code == 3
+    *failures, verdict = strict.stderr.strip().splitlines()
+    assert len(failures) == 3 and all("already exists (use --overwrite" in f for f in failures)
+    assert verdict == "error: 3 of 3 files failed (listed above)"
+    both = invoke("enhance", tree, out, "--fail-existing", "--skip-existing")
+    assert both.exit_code == 2
+    assert "--skip-existing and --fail-existing contradict" in one_error_line(both)
+    assert _stamps(out) == stamps
+
+
+def test_a_dry_run_refuses_what_the_real_run_would(tmp_path, tiny_checkpoint):
+    """A 10-ms file was "planned" by --dry-run and failed in the real run: the dry run now makes
+    the length check too (with the checkpoint's configuration, its weights never loaded)."""
+    make_audio(tmp_path / "in" / "long-enough.wav", 400)
+    make_audio(tmp_path / "in" / "ten-ms.wav", RATE // 100)
+    out = tmp_path / "out"
+    for model in (tiny_checkpoint, tmp_path / "no-such-model"):   # official config if absent
+        result = invoke("enhance", tmp_path / "in", out, "--dry-run", "--json", "-q",
+                        "--model", model)
+        assert result.exit_code == 3, result.output
+        assert [r["status"] for r in json_lines(result.stdout)] == ["planned", "failed"]
+        assert result.stderr.strip().splitlines()[0] == (
+            f"error: {tmp_path / 'in' / 'ten-ms.wav'}: too short (80 samples; one STFT frame "
+            "needs 320 at 8000 Hz)")
+    alone = invoke("enhance", tmp_path / "in" / "ten-ms.wav", tmp_path / "x.wav", "--dry-run",
+                   "--model", tiny_checkpoint)
+    assert alone.exit_code == 1 and "ten-ms.wav: too short" in one_error_line(alone)
+    assert not out.exists() and not (tmp_path / "x.wav").exists()
+
+
+def test_a_folder_into_an_audio_file_name_is_a_usage_error(tmp_path, tiny_checkpoint):
+    """`enhance folder out/x.wav` made a folder named x.wav; a name with a trailing slash, or a
+    folder of that name already there, still says "folder"."""
+    make_audio(tmp_path / "in" / "a.wav")
+    result = invoke("enhance", tmp_path / "in", tmp_path / "out" / "x.wav",
+                    "--model", tiny_checkpoint)
+    assert result.exit_code == 2
+    assert one_error_line(result) == (
+        f"error: {tmp_path / 'out' / 'x.wav'}: names an audio file, but {tmp_path / 'in'} is a "
+        "folder; give an output folder")
+    assert not (tmp_path / "out").exists()
+    meant = invoke("enhance", tmp_path / "in", f"{tmp_path / 'out' / 'x.wav'}/",
+                   "--model", tiny_checkpoint)
+    assert meant.exit_code == 0 and (tmp_path / "out" / "x.wav" / "a.wav").is_file()
+
+
+def test_several_folders_into_one_keep_their_names(tmp_path, tiny_checkpoint):
+    """`enhance dirA dirB -o out` flattened both into out/ (dirB's a.wav then failed as "also
+    the output of another input"); now out/dirA/... and out/dirB/..., as cp -r does. Two
+    folders of one name would mix: a usage error before any work."""
+    for seed, folder in enumerate(("dirA", "dirB")):
+        make_audio(tmp_path / folder / "a.wav", seed=seed)
+    out = tmp_path / "out"
+    result = invoke("enhance", tmp_path / "dirA", tmp_path / "dirB", "-o", out,
+                    "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*.wav")) == \
+        ["dirA/a.wav", "dirB/a.wav"]
+    make_audio(tmp_path / "other" / "dirA" / "b.wav")
+    twins = invoke("enhance", tmp_path / "dirA", tmp_path / "other" / "dirA", "-o",
+                   tmp_path / "out2", "--model", tiny_checkpoint)
+    assert twins.exit_code == 2 and "has the name of" in one_error_line(twins)
+    assert not (tmp_path / "out2").exists()
+
+
+# Messages (issue 32, build item 5)
+
+def test_a_terminal_on_stdout_is_refused_for_audio(tmp_path):
+    """`enhance in.wav -` on a terminal dumped binary WAV on it; now one usage line before the
+    model (a missing one is never looked at) and nothing written."""
+    controller, terminal = os.openpty()
+    try:
+        result = subprocess.run(
+            [sys.executable, "-c", _CHILD, "enhance", str(make_audio(tmp_path / "in.wav")), "-",
+             "--model", str(tmp_path / "no-such-model")],
+            stdout=terminal, stderr=subprocess.PIPE, text=True, timeout=120, check=False)
+    finally:
+        os.close(terminal)
+        os.close(controller)
+    assert result.returncode == 2, result.stderr
+    assert one_error_line(result) == ("error: <stdout>: is a terminal, which cannot show audio; "
+                                      "redirect it (> out.wav) or name an output file")
+
+
+def test_a_rate_above_the_trained_range_is_announced(tmp_path, tiny_checkpoint):
+    """96 kHz ran silently outside the 8-48 kHz the model was trained on: one note per rate."""
+    for name in ("a", "b"):
+        make_audio(tmp_path / "in" / f"{name}.wav", 9600, rate=96000)
+    result = invoke("enhance", tmp_path / "in", tmp_path / "out", "--dry-run",
+                    "--model", tiny_checkpoint)
+    assert result.exit_code == 0, result.output
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note: ")]
+    assert notes == [f"note: {tmp_path / 'in' / 'a.wav'}: 96000 Hz is above the 8-48 kHz "
+                     "RE-USE was trained on; it is enhanced at 96000 Hz all the same and may "
+                     "come out less clean (resample to 48000 Hz for the model's own range)"]
+    single = invoke("enhance", tmp_path / "in" / "a.wav", tmp_path / "o.wav", "--dry-run",
+                    "--model", tiny_checkpoint)
+    assert "note: " in single.stderr
+    make_audio(tmp_path / "c.wav", rate=48000)
+    assert "note:" not in invoke("enhance", tmp_path / "c.wav", tmp_path / "o.wav",
+                                 "--dry-run", "--model", tiny_checkpoint).stderr
+
+
+def test_a_checkpoint_from_the_environment_is_named_as_such(tmp_path, monkeypatch):
+    """SPEECHLENS_MODEL=/nope failed as "/nope: no such checkpoint": a user who never typed
+    /nope could not tell where it came from."""
+    monkeypatch.setenv(checkpoint.MODEL_ENV, str(tmp_path / "nope"))
+    expected = f"error: SPEECHLENS_MODEL={tmp_path / 'nope'}: no such checkpoint file or folder"
+    for command in (["enhance", make_audio(tmp_path / "in.wav"), tmp_path / "out.wav"],
+                    ["models", "verify"], ["models", "path"]):
+        result = invoke(*command)
+        assert result.exit_code == 1 and one_error_line(result) == expected, command
+    (tmp_path / "folder").mkdir()
+    monkeypatch.setenv(checkpoint.MODEL_ENV, str(tmp_path / "folder"))
+    empty = invoke("models", "verify")
+    assert one_error_line(empty) == (f"error: SPEECHLENS_MODEL={tmp_path / 'folder'}: no "
+                                     "model.safetensors in this folder")
+    given = invoke("models", "verify", tmp_path / "nope")   # typed: the path alone
+    assert one_error_line(given) == f"error: {tmp_path / 'nope'}: no such checkpoint file or folder"
+
+
+def test_help_speaks_of_what_the_user_gets():
+    """--help said "Numerically strictest scan" and "rank 0 reports it": words about how it is
+    built. Every help text of enhance and models is in the user's words."""
+    commands = [["enhance"], ["models"], *(["models", name] for name in main.commands["models"]
+                                           .commands)]
+    for command in commands:
+        text = invoke(*command, "--help").output
+        for words in ("strictest", "rank", "peer", "Numerically"):
+            assert words not in text, (command, words)
+
+
+def test_the_api_scales_integer_pcm_as_soundfile_does(tiny_checkpoint):
+    """int16 samples were taken as float amplitudes (outputs 32,768 times too loud); now int16
+    and int32 are scaled to [-1, 1) as soundfile reads them, and integers with no agreed full
+    scale are refused. (--atten-lim 0 returns the input: its float reading, exactly.)"""
+    model = api.get_model(tiny_checkpoint)
+    pcm = (noisy_speech(RATE, 0.05) * 2 ** 15).astype(np.int16)
+    for samples, full_scale in ((pcm, 2 ** 15), (pcm.astype(np.int32) << 16, 2 ** 31)):
+        back = api.enhance(samples, RATE, model=model, atten_lim_db=0)
+        np.testing.assert_array_equal(back, (samples / full_scale).astype(np.float32))
+    np.testing.assert_array_equal(api.enhance(pcm, RATE, model=model),
+                                  api.enhance(pcm / 2 ** 15, RATE, model=model))
+    for other in (np.uint8, np.int64):
+        with pytest.raises(UsageError, match=f"audio of {np.dtype(other)} has no full scale"):
+            api.enhance(pcm.astype(other), RATE, model=model)
 
 
 def test_no_color_is_honoured(tmp_path):
@@ -342,9 +534,11 @@ def test_an_interrupt_whose_exception_was_lost_still_stops_the_batch(monkeypatch
 
 
 @pytest.mark.parametrize("sig", INTERRUPTS, ids=[s.name for s in INTERRUPTS])
-def test_interrupt_mid_file_leaves_nothing_and_exits_130(tmp_path, tiny_checkpoint, sig):
+def test_interrupt_mid_file_leaves_nothing_and_exits_128_plus_the_signal(tmp_path,
+                                                                         tiny_checkpoint, sig):
     """A real process, signalled once its temporary output exists (the model is mid-file).
-    SIGHUP (a closed terminal), SIGQUIT, SIGUSR1 and SIGALRM used to leave the temporary file."""
+    SIGHUP (a closed terminal), SIGQUIT, SIGUSR1 and SIGALRM used to leave the temporary file;
+    every signal exited 130, SIGTERM's included (the shells' convention: 128 + N, SIGTERM 143)."""
     # A minute of noise (12 windows): tens of seconds of model time, so even a busy machine
     # cannot finish the file before the signal lands; the interrupt takes effect within a second.
     src = tmp_path / "long.wav"
@@ -367,8 +561,8 @@ def test_interrupt_mid_file_leaves_nothing_and_exits_130(tmp_path, tiny_checkpoi
         time.sleep(0.01)
     process.send_signal(sig)
     _, stderr = process.communicate(timeout=60)
-    assert process.returncode == 130, stderr
-    assert stderr.strip().splitlines()[-1].startswith("interrupted")
+    assert process.returncode == 128 + sig, stderr
+    assert stderr.strip().splitlines()[-1] == "interrupted (no partial output left behind)"
     assert list(out.iterdir()) == []
 
 
@@ -541,11 +735,17 @@ def test_models_pull_shows_the_license_first(hf_cache, tiny_checkpoint, monkeypa
     # online, but the hub is a closed local port: whatever happens, nothing leaves the machine
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    for command in (["models", "pull"], ["enhance", "in.wav", "out.wav"]):
-        refused = invoke(*command)   # CliRunner's stdin is not a terminal
+    # CliRunner's stdin is not a terminal: the license once, then what this user can do (a
+    # user of `models pull` was told to run `models pull`, after the license's name twice)
+    accept = "pass --accept-license (scripts: SPEECHLENS_ACCEPT_LICENSE=1)"
+    for command, step in ((["models", "pull"], accept),
+                          (["enhance", "in.wav", "out.wav"],
+                           f"run `speechlens models pull` in a terminal, or {accept}")):
+        refused = invoke(*command)
         assert refused.exit_code == 2
-        line = one_error_line(refused)
-        assert "non-commercial license (NSCLv1)" in line and "--accept-license" in line, line
+        assert one_error_line(refused) == (
+            f"error: nvidia/RE-USE is not downloaded yet. {checkpoint.LICENSE_NOTE} To accept "
+            f"these terms and download it, {step}")
 
     accepted = invoke("models", "pull", "--accept-license")   # shown, then the download
     assert accepted.exit_code == 1 and checkpoint.LICENSE_NOTE in accepted.stderr

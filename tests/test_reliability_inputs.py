@@ -929,7 +929,7 @@ def test_an_input_changed_after_planning_fails_alone(tmp_path, tiny_checkpoint, 
 def test_a_signal_during_the_folder_scan_interrupts(tmp_path, tiny_checkpoint):
     """SIGTERM while the scan reads a file in a C library that clears the interrupt (FFmpeg,
     blocked on a FIFO a playlist named, did): the run ended in "no audio files found", exit 2.
-    The scan's end now checks for an interrupt that arrived meanwhile: exit 130."""
+    The scan's end now checks for an interrupt that arrived meanwhile: exit 143 (128 + 15)."""
     tree = tmp_path / "in"
     make_audio(tree / "a.wav")
     child = textwrap.dedent("""
@@ -949,5 +949,5 @@ def test_a_signal_during_the_folder_scan_interrupts(tmp_path, tiny_checkpoint):
     result = subprocess.run([sys.executable, "-c", child, "enhance", str(tree),
                              str(tmp_path / "out"), "--model", str(tiny_checkpoint)],
                             capture_output=True, text=True, cwd=REPO, timeout=120, check=False)
-    assert result.returncode == 130, result.stderr
+    assert result.returncode == 143, result.stderr   # 128 + SIGTERM (15)
     assert not (tmp_path / "out").exists()

@@ -3,7 +3,8 @@
 One chain of real processes over a 12-file batch (0.25-s files, tiny model): each run is
 interrupted (SIGINT and SIGTERM in turn) at a seeded random moment after its first temporary file
 appears, and resumed by the next run with --skip-existing; a last run finishes uninterrupted.
-After every interruption: exit 130, no temporary file, each finished output byte-identical to an
+After every interruption: exit 128 + the signal (130, 143), one last line saying how many files
+are done and how to resume, no temporary file, each finished output byte-identical to an
 uninterrupted run's. At the end the whole tree is byte-identical to that run's.
 tests/test_cli.py already proves a single file interrupted once (both signals) leaves nothing
 behind.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -91,10 +93,15 @@ def test_interrupted_batch_resumes_to_the_same_result(tmp_path, tiny_checkpoint)
         assert process.poll() is None, "the batch finished before the signal"
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=60)
-        assert process.returncode == 130, (sig, stderr)
-        assert stderr.strip().splitlines()[-1] == "interrupted (no partial output left behind)"
+        assert process.returncode == 128 + sig, (sig, stderr)
+        said = re.fullmatch(r"interrupted \(no partial output left behind\): (\d+) of 12 done; "
+                            r"resume with --skip-existing", stderr.strip().splitlines()[-1])
+        assert said, stderr
         assert "Traceback" not in stderr
         finished.append(_check_finished_outputs(out, reference))
+        # done: the files reported finished; one more may have been renamed into place as the
+        # signal landed, before its report
+        assert int(said[1]) <= finished[-1] <= int(said[1]) + 1, (said[0], finished[-1])
     assert finished == sorted(finished) and finished[-1] < 12, finished
 
     final = _start(root, out, tiny_checkpoint, resume=True)

@@ -8,6 +8,7 @@ import mlx.core as mx
 
 from .. import __version__, kernels
 from ..errors import SpeechlensError
+from . import interrupts
 
 
 def _versions() -> str:
@@ -15,7 +16,8 @@ def _versions() -> str:
 
 
 class _Group(click.Group):
-    """Maps SpeechlensError and bad command lines to one line and an exit code; Ctrl-C to 130."""
+    """Maps SpeechlensError and bad command lines to one line and an exit code; an interrupt
+    to 128 + its signal's number (Ctrl-C 130, SIGTERM 143)."""
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """Each command's whole first sentence, wrapped rather than cut off with "..."."""
@@ -37,9 +39,9 @@ class _Group(click.Group):
             where = error.ctx.command_path if error.ctx else "speechlens"
             click.echo(f"error: {error.format_message()} (see '{where} --help')", err=True)
             ctx.exit(2)
-        except KeyboardInterrupt:
-            click.echo("interrupted (no partial output left behind)", err=True)
-            ctx.exit(130)
+        except KeyboardInterrupt as interrupt:   # a BatchInterrupted says how far it got
+            click.echo(str(interrupt) or "interrupted (no partial output left behind)", err=True)
+            ctx.exit(interrupts.exit_code())
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

@@ -21,6 +21,7 @@ from ..pipeline import (
     check_atten_lim,
     check_settings,
 )
+from ..results import Status
 from . import interrupts
 from .app import main
 from .jobs import check_shared_destination, collect_jobs, left_alone, standard_stream
@@ -72,7 +73,8 @@ cannot hold becomes the nearest lossless one it has, with a note.
 
 \b
 Exit codes: 0 all done, 1 a failure, 2 a usage error, 3 a batch finished with some files
-failed, 130 interrupted. Every failure is one line on stderr; no partial output is left.
+failed, 130 interrupted (Ctrl-C; 143 SIGTERM, 128 + N for signal N). Every failure is one
+line on stderr; no partial output is left.
 """
 
 
@@ -83,10 +85,12 @@ failed, 130 interrupted. Every failure is one line on stderr; no partial output 
               help="Write all SOURCEs (files or folders) into this folder.")
 @click.option("--suffix", "name_suffix", default=None, metavar="S",
               help="Write each output beside its input file, named NAME{S}.EXT.")
-@click.option("--model", default=None, envvar=checkpoint.MODEL_ENV, show_default=False,
+@click.option("--model", default=None, show_default=False,
               help="Hugging Face repo id, checkpoint folder or .safetensors file "
                    "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
-@click.option("--strict-mode", is_flag=True, help="Numerically strictest scan.")
+@click.option("--strict-mode", is_flag=True,
+              help="Output closest to an exact (float64) run of the model, a little slower: "
+                   "for research comparisons.")
 @click.option("--chunk-seconds", type=float, default=DEFAULT_CHUNK_SECONDS, show_default=False,
               help=f"Force windows of this many seconds ({CHUNK_SECONDS_RANGE[0]:g}-"
                    f"{CHUNK_SECONDS_RANGE[1]:g}) [default: each file whole up to "
@@ -104,6 +108,9 @@ failed, 130 interrupted. Every failure is one line on stderr; no partial output 
               help="Where MLX runs (auto: the GPU when this MLX build has one).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
 @click.option("--skip-existing", is_flag=True, help="Keep existing outputs (resume a batch).")
+@click.option("--fail-existing", is_flag=True,
+              help="An existing output fails its file (a batch exits 3), where a batch or "
+                   "--suffix otherwise reports it as exists and goes on.")
 @click.option("--subtype", default=None, show_default=False,
               help="Output encoding, e.g. PCM_16, PCM_24, FLOAT [default: the input's].")
 @click.option("--format", "output_suffix", default=None, metavar="SUFFIX", show_default=False,
@@ -125,7 +132,7 @@ failed, 130 interrupted. Every failure is one line on stderr; no partial output 
 def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | None,
             model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, atten_lim_db: float | None, device: str,
-            overwrite: bool,
+            overwrite: bool, fail_existing: bool,
             skip_existing: bool, subtype: str | None, output_suffix: str | None,
             track: int | None, as_json: bool, dry_run: bool, quiet: bool,
             verbose: bool, accept_license: bool, shard: tuple[int, int] | None) -> None:
@@ -133,12 +140,15 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
 
     Outputs keep the input's sample rate, channels, length, container and subtype. A folder is
     enhanced recursively into a mirrored tree; files that are not audio are listed and skipped.
-    Started by mlx.launch, the ranks share the batch and rank 0 reports it (docs/scale-out.md).
+    Started by mlx.launch, the processes share the batch and one report covers it all
+    (docs/scale-out.md).
     """
     check_settings(chunk_seconds, overlap)
     check_atten_lim(atten_lim_db)
-    if overwrite and skip_existing:
-        raise UsageError("--overwrite and --skip-existing contradict each other")
+    chosen = [name for name, on in (("--overwrite", overwrite), ("--skip-existing", skip_existing),
+                                    ("--fail-existing", fail_existing)) if on]
+    if len(chosen) > 1:
+        raise UsageError(f"{' and '.join(chosen)} contradict each other")
     if subtype is not None:
         audio_io.check_subtype_name(subtype)
     suffix = _format_suffix(output_suffix)
@@ -158,14 +168,15 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             raise UsageError("--json writes to stdout, which already carries the audio")
         inputs = audio_io.identities(*(job.source for job in jobs))  # before sharing them out
         jobs, others = share.take(jobs, others)
+        report_existing = (batch or name_suffix is not None) and not fail_existing
         if batch:
-            check_shared_destination(jobs, skip_existing=skip_existing)
+            check_shared_destination(jobs, skip_existing=skip_existing or report_existing)
         if jobs and not dry_run:  # the license before anything could start a download
             confirm_license(model, accept_license, may_ask="-" not in paths)
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
                                  overwrite, skip_existing, subtype, dry_run, track,
-                                 atten_lim_db)
+                                 atten_lim_db, report_existing)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan
@@ -184,7 +195,14 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
         stack.enter_context(reporter.progress)
         if share.note:
             reporter.note(share.note, verbose=True)
-        errors = run(reporter)
+        try:
+            errors = run(reporter)
+        except KeyboardInterrupt:
+            if not batch:
+                raise
+            done = sum(r.status in (Status.DONE, Status.SKIPPED) and r.output is not None
+                       for r in reporter.results)
+            raise interrupts.BatchInterrupted(done, len(jobs)) from None
     reporter.summary()
     if errors and not batch:
         raise errors[0]

@@ -1,5 +1,6 @@
-"""Signals during a batch: each terminating one interrupts like Ctrl-C (exit 130, temporary
-output removed), once, and the interrupt cannot be lost."""
+"""Signals during a batch: each terminating one interrupts like Ctrl-C (temporary output
+removed; exit 128 + the signal's number, as a shell reports it: 130 for Ctrl-C, 143 for SIGTERM),
+once, and the interrupt cannot be lost."""
 
 from __future__ import annotations
 
@@ -8,19 +9,33 @@ import signal
 import threading
 
 #: Signals whose default action ends the process: each cleans up like Ctrl-C (temporary output
-#: removed, exit 130). SIGHUP is a closed terminal or a dropped ssh session.
+#: removed, exit 128 + its number). SIGHUP is a closed terminal or a dropped ssh session.
 TERMINATING_SIGNALS = tuple(getattr(signal, name) for name in (
     "SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM", "SIGPROF",
     "SIGXCPU") if hasattr(signal, name))
 _INTERRUPTING = (signal.SIGINT, *TERMINATING_SIGNALS)
-_interrupted = False
+#: The number of the signal that interrupted the batch (0: none yet).
+_interrupted = 0
 
 
-def _raise_interrupt(_signum, _frame) -> None:
+class BatchInterrupted(KeyboardInterrupt):
+    """An interrupted batch, saying how far it got and how to go on."""
+
+    def __init__(self, done: int, total: int):
+        super().__init__(f"interrupted (no partial output left behind): {done} of {total} "
+                         "done; resume with --skip-existing")
+
+
+def exit_code() -> int:
+    """128 + the interrupting signal's number, the shells' convention (Ctrl-C: 130)."""
+    return 128 + (_interrupted or signal.SIGINT)
+
+
+def _raise_interrupt(signum, _frame) -> None:
     """The first signal interrupts; later ones (a Ctrl-C burst) are ignored, so they cannot
     break the clean-up it starts or surface as "Exception ignored ... KeyboardInterrupt"."""
     global _interrupted
-    _interrupted = True
+    _interrupted = signum
     for number in _INTERRUPTING:
         signal.signal(number, signal.SIG_IGN)
     raise KeyboardInterrupt

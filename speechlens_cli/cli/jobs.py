@@ -86,19 +86,25 @@ def left_alone(item) -> FileResult:
     return FileResult(str(item), None, Status.NOT_AUDIO, {"reason": "not an audio file"})
 
 
-def beside_inputs(paths: tuple[str, ...], suffix: str) -> list[Job]:
-    """SOURCES... --suffix S: each output next to its input, as NAME{S}.EXT."""
+def beside_inputs(paths: tuple[str, ...], suffix: str) -> tuple[list[Job], list]:
+    """SOURCES... --suffix S: each output next to its input, as NAME{S}.EXT; and the inputs
+    left alone (audio_io.Skipped) because their NAME already ends in S: outputs of an earlier
+    run, which `*.m4a` matches again (enhanced, they would become NAME{S}{S}.EXT)."""
     audio_io.check_name_part(suffix, "--suffix")
-    jobs = []
+    jobs, outputs = [], []
     for source in paths:
         path = Path(source)
         if source == "-" or path.is_dir():
             raise UsageError(f"{source}: --suffix names outputs beside input files; for "
                              "stdin or a folder give a destination")
+        if path.stem.endswith(suffix):
+            outputs.append(audio_io.Skipped(path, f"its name ends in {suffix}: an output, "
+                                                  "not enhanced again"))
+            continue
         target = path.with_name(path.stem + suffix + path.suffix)
         check_name(str(target))
         jobs.append(Job(path, target, source, str(target)))
-    return jobs
+    return jobs, outputs
 
 
 def check_name(name: str) -> None:
@@ -132,6 +138,21 @@ def _descriptor_open(stream) -> bool:
     return True
 
 
+def _folders_by_name(paths: tuple[str, ...]) -> dict[str, str]:
+    """{source: the name its tree keeps under -o} for each folder among several sources; two
+    folders of one name (a/x, b/x) would mix their files in one tree, a usage error."""
+    names: dict[str, str] = {}
+    for source in paths:
+        if source != "-" and Path(source).is_dir():
+            name = Path(source).resolve().name
+            twin = next((other for other, its in names.items() if its == name), None)
+            if twin is not None:
+                raise UsageError(f"{source}: has the name of {twin}, and -o keeps each folder's "
+                                 "name; enhance them into different folders")
+            names[source] = name
+    return names
+
+
 def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
                   stack: contextlib.ExitStack,
                   suffix: str | None = None) -> tuple[list[Job], list[Path], bool]:
@@ -143,17 +164,19 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
     if suffix is not None:
         if output_dir is not None:
             raise UsageError("--suffix writes beside the inputs, -o into a folder: choose one")
-        return beside_inputs(paths, suffix), [], len(paths) > 1
+        return (*beside_inputs(paths, suffix), len(paths) > 1)
     if output_dir is not None:
         out = Path(output_dir)
         if out.exists() and not out.is_dir():
             raise UsageError(f"{out}: exists and is not a folder")
         jobs, others = [], []
+        folders = _folders_by_name(paths) if len(paths) > 1 else {}
         for source in paths:
             if source == "-":
                 raise UsageError("'-' (stdin) cannot be combined with -o")
-            if Path(source).is_dir():
-                found, skipped = folder_jobs(Path(source), out)
+            if Path(source).is_dir():   # several keep their names: out/dirA/..., out/dirB/...
+                found, skipped = folder_jobs(Path(source), out / folders[source] if folders
+                                             else out)
                 jobs += found
                 others += skipped
             else:
@@ -167,9 +190,15 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
     if source != "-" and Path(source).is_dir():
         if destination == "-":
             raise UsageError(f"{source}: a folder cannot be written to stdout")
+        if not os.path.lexists(destination) and not destination.endswith(("/", os.sep)) \
+                and audio_io.format_for_suffix(Path(destination).suffix):  # made a folder x.wav
+            raise UsageError(f"{destination}: names an audio file, but {source} is a folder; "
+                             "give an output folder")
         return (*folder_jobs(Path(source), Path(destination)), True)
-    if destination == "-":
-        standard_stream("stdout", "the audio for '-' has nowhere to go; name an output file")
+    if destination == "-" and standard_stream(
+            "stdout", "the audio for '-' has nowhere to go; name an output file").isatty():
+        raise UsageError("<stdout>: is a terminal, which cannot show audio; redirect it "
+                         "(> out.wav) or name an output file")
     if source == "-":
         stdin = standard_stream("stdin", "there is no audio to read for '-'; name the input file")
         read_from, name = stack.enter_context(audio_io.spooled_stdin(stdin)), "<stdin>"

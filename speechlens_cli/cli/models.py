@@ -24,7 +24,7 @@ def models() -> None:
 def models_pull(model: str | None, accept_license: bool) -> None:
     """Download a checkpoint (default nvidia/RE-USE at the pinned revision) and verify it."""
     spec = checkpoint.model_spec(model)
-    confirm_license(spec, accept_license)
+    confirm_license(spec, accept_license, pulling=True)
     report = checkpoint.inspect(spec, download=True)
     click.echo(f"{report.source}: {report.weights}")
     click.echo(f"ok: sha256 {report.sha256}, {report.parameter_count:,} parameters")

@@ -6,7 +6,7 @@ import os
 import sys
 from dataclasses import dataclass
 
-from .. import api
+from .. import api, checkpoint
 from .. import audio as audio_io
 from ..errors import OutputError, OutputExistsError, SpeechlensError
 from ..pipeline import MAX_WINDOW_SECONDS
@@ -31,6 +31,14 @@ class EnhanceOptions:
     dry_run: bool
     track: int | None = None
     atten_lim_db: float | None = None
+    #: An existing output is reported as "exists" (a skip with a hint), not a failure: outputs
+    #: the run names itself (a folder's tree, -o, --suffix), unless --fail-existing.
+    report_existing: bool = False
+
+    @property
+    def keeps_existing(self) -> bool:
+        """Whether an existing output is left alone as a skip rather than failing its file."""
+        return self.skip_existing or self.report_existing
 
 
 def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
@@ -42,13 +50,13 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 
     A file that fails is recorded and the next one runs; a model that cannot load stops the run.
     """
-    model, errors, notes = None, [], set()
+    model, config, errors, notes = None, None, [], set()
 
     def fail(job: Job, error: SpeechlensError) -> None:
-        """Record a failure; an output that appeared meanwhile is a skip under --skip-existing
-        (another process wrote or finished it since the check: its file is kept)."""
-        if isinstance(error, OutputExistsError) and options.skip_existing:
-            reporter.record(_skipped(job))
+        """Record a failure; an output that appeared meanwhile is a skip where existing outputs
+        are kept (another process wrote or finished it since the check: its file is kept)."""
+        if isinstance(error, OutputExistsError) and options.keeps_existing:
+            reporter.record(_skipped(job, options))
             return
         errors.append(error)
         reporter.record(FileResult(job.name, job.shown_output, Status.FAILED,
@@ -67,7 +75,19 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         if plan.output.note and plan.output.note not in notes:  # once a run, not once a file
             notes.add(plan.output.note)
             reporter.note(f"note: {plan.output.note}")
-        if options.dry_run:
+        untrained = api.untrained_rate_note(plan)
+        if untrained and plan.info.sample_rate not in notes:    # once a rate
+            notes.add(plan.info.sample_rate)
+            reporter.note(f"note: {untrained}")
+        if options.dry_run:   # every check the real run makes before the model, then the plan
+            if config is None:
+                config = checkpoint.planning_config(options.model_spec)
+            try:
+                api.check_plan(plan, config, chunk_seconds=options.chunk_seconds,
+                               overlap=options.overlap)
+            except SpeechlensError as error:
+                fail(job, error)
+                continue
             planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
             reporter.record(planned)
             reporter.plan_line(planned)
@@ -100,12 +120,12 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
                inputs: frozenset) -> list[api.FilePlan | SpeechlensError | FileResult]:
     """Each job's plan, the error that refuses it, or its result already (an existing output
-    kept under --skip-existing)."""
+    kept: options.keeps_existing)."""
     outcomes, outputs = [], set()
     for job in jobs:
-        if options.skip_existing and os.path.exists(job.destination) \
+        if options.keeps_existing and os.path.exists(job.destination) \
                 and not audio_io.same_file(job.source, job.destination):
-            outcomes.append(_skipped(job))
+            outcomes.append(_skipped(job, options))
             continue
         try:
             if job.destination.resolve() in outputs:
@@ -120,5 +140,8 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
     return outcomes
 
 
-def _skipped(job: Job) -> FileResult:
-    return FileResult(job.name, job.shown_output, Status.SKIPPED, {"reason": "output exists"})
+def _skipped(job: Job, options: EnhanceOptions) -> FileResult:
+    """An existing output left alone: asked for (--skip-existing), or found by a re-run, which
+    says how to replace it."""
+    reason = "output exists" if options.skip_existing else "exists (--overwrite replaces it)"
+    return FileResult(job.name, job.shown_output, Status.SKIPPED, {"reason": reason})
