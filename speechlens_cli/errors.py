@@ -51,6 +51,10 @@ class OutputExistsError(OutputError):
     """The output already exists (found at planning, or created meanwhile by another process)."""
 
 
+class MissingExtraError(SpeechlensError):
+    """An optional extra a command needs (scoring: `report`) is not installed, or is broken."""
+
+
 class BatchFailedError(SpeechlensError):
     """A batch ran to the end but some files failed; the summary lists them."""
 
