@@ -300,6 +300,22 @@ def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, package):
 
 
 @needs_extra
+def test_doctor_says_whether_scoring_is_available_never_a_problem(monkeypatch):
+    def scoring_check() -> dict:
+        result = invoke("doctor", "--json")
+        return json.loads(result.stdout)["checks"]["scoring"]
+
+    monkeypatch.setitem(sys.modules, "pystoi", None)
+    missing = scoring_check()
+    assert missing["available"] is False and missing["ok"] is True
+    assert missing["value"] == ("unavailable: scoring needs pystoi, which is not installed: "
+                                "pip install 'speechlens[report]'")
+    monkeypatch.undo()
+    found = scoring_check()
+    assert found["available"] is True and found["value"].startswith("available (onnxruntime ")
+
+
+@needs_extra
 def test_a_folder_is_every_audio_file_in_it(tmp_path):
     (tmp_path / "in" / "deeper").mkdir(parents=True)
     copy = tmp_path / "in" / "deeper" / "take.wav"

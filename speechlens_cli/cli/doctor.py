@@ -12,8 +12,8 @@ from pathlib import Path
 import click
 import mlx.core as mx
 
-from .. import blas, checkpoint, hub, kernels
-from ..errors import ModelNotFoundError, SpeechlensError, UsageError
+from .. import blas, checkpoint, hub, kernels, scoring
+from ..errors import MissingExtraError, ModelNotFoundError, SpeechlensError, UsageError
 from ..model.config import ModelConfig
 from .app import main
 
@@ -148,6 +148,20 @@ def _cache_check() -> Check:
                  + (" (HF_HUB_OFFLINE: no downloads)" if constants.HF_HUB_OFFLINE else ""))
 
 
+def _scoring_check() -> Check:
+    """Whether `speechlens score` runs here: its packages (the optional `report` extra) import.
+    Information only: speechlens enhances without them."""
+    versions = scoring.extra.versions()
+    extra = {"available": False, "versions": versions}
+    try:
+        scoring.extra.require()
+    except MissingExtraError as error:
+        return Check("scoring", f"unavailable: {error}", extra=extra)
+    return Check("scoring", "available (" + ", ".join(f"{name} {version}" for name, version
+                                                     in versions.items()) + ")",
+                 extra={**extra, "available": True})
+
+
 def _checks(model: str | None) -> list[Check]:
     backend = kernels.backend()
     return [
@@ -160,6 +174,7 @@ def _checks(model: str | None) -> list[Check]:
         _blas_check(backend),
         _cache_check(),
         _model_check(model),
+        _scoring_check(),
     ]
 
 
@@ -168,12 +183,13 @@ def _checks(model: str | None) -> list[Check]:
               help="Checkpoint to check (default: SPEECHLENS_MODEL, else nvidia/RE-USE).")
 @click.option("--json", "as_json", is_flag=True,
               help="The same facts as one JSON object: ok, problems, and per check its value, "
-                   "ok and fix (blas also gflops; selfcheck also verdicts and file).")
+                   "ok and fix (blas also gflops; selfcheck also verdicts and file; scoring "
+                   "also available and versions).")
 @click.pass_context
 def doctor(ctx: click.Context, model: str | None, as_json: bool) -> None:
     """Check this machine: platform, MLX backend, kernels (on a GPU, each one's self-check), BLAS,
-    model cache; exit 1 on a problem (found facts only: the BLAS speed measured is shown, never
-    judged)."""
+    model cache, scoring (`speechlens score`); exit 1 on a problem (found facts only: the BLAS
+    speed measured is shown, never judged; scoring is optional, shown, never a problem)."""
     checks = _checks(model)
     problems = sum(check.fix is not None for check in checks)
     if as_json:
