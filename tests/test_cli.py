@@ -996,3 +996,63 @@ def test_a_large_batch_closes_with_totals_and_its_failures_not_a_row_per_file(
     lines = result.stderr.splitlines()
     assert lines[-3] == f"failed: {tmp_path / 'in' / 'c.wav'}", result.stderr
     assert lines[-2].startswith("2 done, 1 failed; 0.1 s of audio enhanced in "), result.stderr
+
+
+# Trying speechlens offline (issue 32, build item 6).
+
+@pytest.fixture
+def tiny_demo(monkeypatch):
+    """`speechlens demo` with the tiny architecture (the full one takes ~10 s a run here)."""
+    from speechlens_cli.synthetic import demo as material
+    monkeypatch.setattr(material, "CONFIG", TINY_CONFIG)
+    return material
+
+
+def test_demo_makes_speech_and_a_random_checkpoint_and_enhances_it(tmp_path, tiny_demo):
+    folder = tmp_path / "try" / "demo"
+    result = invoke("demo", folder)
+    assert result.exit_code == 0, result.output
+    noisy, enhanced = sf.info(str(folder / "noisy.wav")), sf.info(str(folder / "enhanced.wav"))
+    assert (noisy.frames, noisy.samplerate) == (enhanced.frames, enhanced.samplerate) == \
+        (48000, 16000)
+    config = json.loads((folder / "random-checkpoint" / "config.json").read_text())
+    assert config == TINY_CONFIG and (folder / "random-checkpoint" / "model.safetensors").is_file()
+    assert sorted(p.name for p in folder.iterdir()) == ["enhanced.wav", "noisy.wav",
+                                                         "random-checkpoint"]  # nothing else
+    assert "RANDOM weights" in result.stdout.splitlines()[1]  # said before the run
+    assert "it will not sound cleaner" in result.stdout.splitlines()[-1]  # and after
+
+
+def test_demo_replaces_an_earlier_demo_only_when_asked(tmp_path, tiny_demo):
+    folder = tmp_path / "demo"
+    assert invoke("demo", folder).exit_code == 0
+    before = {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    again = invoke("demo", folder)
+    assert again.exit_code == 1
+    assert one_error_line(again) == \
+        f"error: {folder / 'noisy.wav'}: exists (--overwrite replaces the demo's files)"
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before
+    replaced = invoke("demo", folder, "--overwrite")
+    assert replaced.exit_code == 0, replaced.output
+    assert {p: p.read_bytes() for p in folder.rglob("*") if p.is_file()} == before  # same bytes
+
+
+def test_demo_into_a_file_is_a_usage_error(tmp_path, tiny_demo):
+    target = tmp_path / "demo"
+    target.write_bytes(b"mine")
+    result = invoke("demo", target)
+    assert result.exit_code == 2
+    assert one_error_line(result) == f"error: {target}: is not a folder"
+    assert target.read_bytes() == b"mine"
+
+
+def test_make_demo_installs_the_package_without_the_dev_extra(tmp_path):
+    """The dev extra brings 142 MB of NVRTC a CPU-only user's demo never uses."""
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(root), "demo",
+                           f"VENV={tmp_path / 'venv'}"],
+                          capture_output=True, text=True, check=True).stdout
+    installs = [line for line in plan.splitlines() if "pip install" in line
+                and "--upgrade pip" not in line]
+    assert installs and all(line.endswith("pip install -q -e .") for line in installs), plan
+    assert plan.splitlines()[-1].endswith("-m fixtures.demo")

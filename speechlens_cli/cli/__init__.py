@@ -9,7 +9,7 @@ parts.
 from __future__ import annotations
 
 from ..bench import bench_command
-from . import doctor, enhance, formats, models, score  # noqa: F401  (each registers a command)
+from . import demo, doctor, enhance, formats, models, score  # noqa: F401  (each registers a command)
 from .app import main
 
 main.add_command(bench_command)
