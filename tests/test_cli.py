@@ -1056,3 +1056,16 @@ def test_make_demo_installs_the_package_without_the_dev_extra(tmp_path):
                 and "--upgrade pip" not in line]
     assert installs and all(line.endswith("pip install -q -e .") for line in installs), plan
     assert plan.splitlines()[-1].endswith("-m fixtures.demo")
+
+
+def test_an_interrupted_demo_leaves_no_half_written_checkpoint(tmp_path, tiny_demo, monkeypatch):
+    def interrupted(folder):
+        (folder / "model.safetensors").write_bytes(b"half")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(tiny_demo, "write_random_checkpoint", interrupted)
+    folder = tmp_path / "demo"
+    result = invoke("demo", folder)
+    assert result.exit_code == 130, result.output
+    assert sorted(p.name for p in folder.iterdir()) == ["noisy.wav"]  # complete, kept
+    assert sf.info(str(folder / "noisy.wav")).frames == 48000
