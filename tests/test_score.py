@@ -290,13 +290,24 @@ def test_stdin_twice_or_as_the_reference_is_a_usage_error(args, line):
 @needs_extra
 @pytest.mark.parametrize("package", EXTRA)
 def test_a_missing_extra_is_one_line_naming_the_install(monkeypatch, package):
+    """PESQ's and STOI's packages are needed (and imported) only with --reference."""
     monkeypatch.setitem(sys.modules, package, None)   # import fails as for one not installed
-    result = invoke("score", RECORDING)
+    reference = ("--reference", RECORDING) if package in ("pesq", "pystoi") else ()
+    result = invoke("score", RECORDING, *reference)
     assert result.exit_code == 1
     assert one_error_line(result.stderr) == (
         f"error: scoring needs {package}, which is not installed: "
         "pip install 'speechlens[report]'")
     assert result.stdout == ""
+
+
+@needs_extra
+@pytest.mark.parametrize("package", ["pesq", "pystoi"])
+def test_without_a_reference_pesq_and_stoi_are_not_needed(monkeypatch, package):
+    monkeypatch.setitem(sys.modules, package, None)
+    result = invoke("score", RECORDING)
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[1].startswith(str(RECORDING))
 
 
 @needs_extra

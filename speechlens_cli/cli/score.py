@@ -106,7 +106,8 @@ def score(files: tuple[str, ...], reference: str | None, as_json: bool) -> None:
         raise UsageError("--reference: must name a file, not '-'")
     if as_json:
         standard_stream("stdout", "--json has nowhere to write; leave it out")
-    scoring.extra.require()
+    scoring.extra.require(scoring.extra.DNSMOS
+                          + (scoring.extra.REFERENCE if reference is not None else ()))
     with contextlib.ExitStack() as stack:
         inputs = _inputs(files, stack)
         clean = scoring.load(reference, reference) if reference is not None else None

@@ -11,8 +11,12 @@ from ..errors import MissingExtraError
 
 INSTALL = "pip install 'speechlens[report]'"
 #: Import name -> distribution name of every package scoring uses.
-PACKAGES = {"onnxruntime": "onnxruntime", "speechmos": "speechmos", "pesq": "pesq",
-            "pystoi": "pystoi", "soxr": "soxr"}
+PACKAGES = {"onnxruntime": "onnxruntime", "speechmos": "speechmos", "soxr": "soxr",
+            "pesq": "pesq", "pystoi": "pystoi"}
+#: What DNSMOS needs, and what scores against a reference add (pystoi's scipy alone takes longer
+#: to import than DNSMOS takes to score a 5-s file, so it is imported only when asked for).
+DNSMOS = ("onnxruntime", "speechmos", "soxr")
+REFERENCE = ("pesq", "pystoi")
 
 
 def load(name: str) -> ModuleType:
@@ -30,9 +34,9 @@ def _why(name: str, error: ImportError) -> str:
     return f"cannot be imported ({error})"
 
 
-def require() -> None:
-    """Every package of the extra importable, checked before any file is read."""
-    for name in PACKAGES:
+def require(names: tuple[str, ...] = tuple(PACKAGES)) -> None:
+    """These packages of the extra (default: all) importable, checked before any file is read."""
+    for name in names:
         load(name)
 
 
