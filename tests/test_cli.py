@@ -351,6 +351,9 @@ def test_a_rerun_batch_reports_exists_unless_asked_to_fail(tmp_path, tree, tiny_
     assert both.exit_code == 2
     assert "--skip-existing and --fail-existing contradict" in one_error_line(both)
     assert _stamps(out) == stamps
+    replaced = invoke("enhance", tree, out, "--model", tiny_checkpoint, "--overwrite", "--json")
+    assert replaced.exit_code == 0, replaced.output
+    assert [r["status"] for r in json_lines(replaced.stdout)] == ["done"] * 3 + ["not-audio"]
 
 
 def test_a_dry_run_refuses_what_the_real_run_would(tmp_path, tiny_checkpoint):

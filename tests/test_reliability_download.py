@@ -84,7 +84,7 @@ def test_the_first_download_comes_after_the_license_and_fetches_the_pinned_revis
     source = make_audio(tmp_path / "a.wav")
     refused = invoke("enhance", source, tmp_path / "out.wav")
     assert refused.exit_code == 2
-    assert "NVIDIA's non-commercial license" in one_error_line(refused.stderr)
+    assert checkpoint.LICENSE_NOTE in one_error_line(refused.stderr)
     assert local_hub.requests == [] and not (tmp_path / "hf-cache").exists()
 
     result = invoke("enhance", source, tmp_path / "out.wav", "--accept-license")

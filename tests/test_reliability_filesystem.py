@@ -334,9 +334,10 @@ def _error_lines(result) -> list[str]:
 
 
 def _suffix_chain(tmp_path: Path) -> tuple[list, Path, list[str], list[Path]]:
-    """a.wav's output a_c.wav is the second input."""
+    """a.wav's output a_c.wav is the second input (left alone itself, its name ending in _c)."""
     a, a_c = make_audio(tmp_path / "a.wav", seed=1), make_audio(tmp_path / "a_c.wav", seed=2)
-    return [a, a_c, "--suffix", "_c"], a_c, [f"{a_c}: is also an input"], [tmp_path / "a_c_c.wav"]
+    b = make_audio(tmp_path / "b.wav", seed=3)
+    return [a, a_c, b, "--suffix", "_c"], a_c, [f"{a_c}: is also an input"], [tmp_path / "b_c.wav"]
 
 
 def _input_in_the_output_folder(tmp_path: Path) -> tuple[list, Path, list[str], list[Path]]:
@@ -498,8 +499,8 @@ def test_a_link_made_in_the_output_tree_after_planning_is_refused(tmp_path, tiny
 def test_two_processes_into_one_output_folder(tmp_path, tiny_checkpoint, flags):
     """Two speechlens processes, started together on the same 6-file tree and the same output
     folder. Every file is written by exactly one of them (the other sees it exists, or loses the
-    race at the rename: no-clobber, never a replace), every output equals a one-process run
-    byte for byte, and no temporary file is left."""
+    race at the rename: no-clobber, never a replace, and reports it skipped), every output
+    equals a one-process run byte for byte, and no temporary file is left."""
     root = tmp_path / "in"
     for index in range(6):
         make_audio(root / f"d{index % 2}" / f"f{index}.wav", 800 + 8 * index, seed=index)
@@ -519,10 +520,10 @@ def test_two_processes_into_one_output_folder(tmp_path, tiny_checkpoint, flags):
             name = Path(record["input"]).name
             if record["status"] == "done":
                 done[name] = done.get(name, 0) + 1
-            elif flags:
+            else:   # the other process wrote it first: kept, as a batch run again keeps it
                 assert record["status"] == "skipped", record
-            else:
-                assert record["status"] == "failed" and "already exists" in record["error"]
+                assert record["reason"] == ("output exists" if flags
+                                            else "exists (--overwrite replaces it)"), record
         failures = sum(r["status"] == "failed" for r in records)
         assert process.returncode == (3 if failures else 0), stderr
     assert done == {f"f{index}.wav": 1 for index in range(6)}

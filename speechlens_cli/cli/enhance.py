@@ -166,9 +166,12 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             jobs = [job.in_format(suffix, named=named) for job in jobs]
         if as_json and any(job.to_stdout for job in jobs):
             raise UsageError("--json writes to stdout, which already carries the audio")
-        inputs = audio_io.identities(*(job.source for job in jobs))  # before sharing them out
+        # before sharing them out; those left alone too (a_clean.wav skipped under --suffix
+        # _clean is still never replaced by a.wav's output, --overwrite or not)
+        inputs = audio_io.identities(*(job.source for job in jobs),
+                                     *(getattr(item, "path", item) for item in others))
         jobs, others = share.take(jobs, others)
-        report_existing = (batch or name_suffix is not None) and not fail_existing
+        report_existing = (batch or name_suffix is not None) and not (fail_existing or overwrite)
         if batch:
             check_shared_destination(jobs, skip_existing=skip_existing or report_existing)
         if jobs and not dry_run:  # the license before anything could start a download
