@@ -189,11 +189,11 @@ class Reporter:
             now = time.monotonic()
             per_sample = (now - started) / max(frames * plan.info.channels, 1)
             left = per_sample * (samples - frames * plan.info.channels)
-            if self.batch:
+            if not self.estimated and self.batch:  # the rest of the batch, this file's included
                 batch_left = sum(_samples(each) for each in self.planned) - self.samples_done
                 self._estimate(per_sample * (batch_left - frames * plan.info.channels),
                                "left for this batch", "from the speed of its first window")
-            else:
+            elif not self.estimated:
                 self._estimate(left, "left for this file", "from the speed of its first window")
             if self.log_lines and frames < plan.info.frames \
                     and now - last_line >= PROGRESS_INTERVAL_S:
