@@ -131,7 +131,8 @@ INPUT_CASES: dict[str, Case] = {
     "random-bytes-flac": Case(_bytes("in.flac", _RANDOM), "not a readable audio file"),
     "random-bytes-mp3": Case(_bytes("in.mp3", _RANDOM), "not a readable audio file"),
     "damaged-mp3": Case(_damaged_mp3, "could not be decoded (Invalid data found"),
-    "folder-named-like-a-file": Case(_folder_named_like_a_file, "no audio files found", 2),
+    "folder-named-like-a-file": Case(_folder_named_like_a_file,   # into out/out.wav
+                                     "in.wav is a folder; give an output folder", 2),
     "fifo-named-like-a-file": Case(_fifo, "not a regular file (a pipe, socket or device)"),
     # ---- channels
     "channels-0": Case(_patched_wav(22, "<H", 0), "Channel count is zero"),
