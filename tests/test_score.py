@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.reliability import invoke, one_error_line
+from tests.reliability import invoke, one_error_line, run_child
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "arctic_a0009.wav"
 EXTRA = ("onnxruntime", "speechmos", "pesq", "pystoi", "soxr")
@@ -219,6 +219,21 @@ def test_a_reference_of_another_length_is_one_line(tmp_path):
         f"error: {RECORDING}: is 3.10 s long and the reference {shorter} 1.00 s: not "
         "recordings of the same speech")
     assert result.stdout == ""
+
+
+@needs_extra
+@pytest.mark.parametrize("samples, reason", [
+    (np.zeros(32000), "no utterances detected"),
+    (_clean()[:3000], "buffer needs to be at least 1/4 of a second long"),
+])
+def test_what_pesq_cannot_compare_is_one_line(tmp_path, samples, reason):
+    """Silence (no speech for PESQ to align) or under a quarter of a second: PESQ's own reason,
+    in words, and (in a process of its own, where Python prints warnings) nothing else."""
+    file = _write(tmp_path / "x.wav", samples)
+    result = run_child(["score", file, "--reference", file])
+    assert result.returncode == 1
+    assert one_error_line(result.stderr) == (
+        f"error: {file}: PESQ cannot compare it with the reference ({reason})")
 
 
 # ------------------------------------------------------------------------------ bad inputs

@@ -44,14 +44,19 @@ def si_sdr_db(reference: np.ndarray, estimate: np.ndarray) -> float:
 def pesq_wb(reference: np.ndarray, degraded: np.ndarray, name: str) -> float:
     pesq = extra.load("pesq")
     try:
-        return float(pesq.pesq(RATE, reference, degraded, "wb"))
+        with np.errstate(divide="ignore", invalid="ignore"):  # it divides by the peak: 0 if silent
+            return float(pesq.pesq(RATE, reference, degraded, "wb"))
     except pesq.PesqError as error:   # no speech found, or under a quarter of a second
         raise AudioInputError(f"{name}: PESQ cannot compare it with the reference "
                               f"({_pesq_reason(error)})") from None
 
 
 def _pesq_reason(error: Exception) -> str:
-    return str(error).strip().rstrip(".").lower() or type(error).__name__
+    """Its message, which the package gives as bytes."""
+    reason = error.args[0] if error.args else ""
+    if isinstance(reason, bytes):
+        reason = reason.decode(errors="replace")
+    return str(reason).strip().rstrip(".").lower() or type(error).__name__
 
 
 def stoi(reference: np.ndarray, degraded: np.ndarray) -> float | None:
