@@ -1072,3 +1072,25 @@ def test_an_interrupted_demo_leaves_no_half_written_checkpoint(tmp_path, tiny_de
     assert result.exit_code == 130, result.output
     assert sorted(p.name for p in folder.iterdir()) == ["noisy.wav"]  # complete, kept
     assert sf.info(str(folder / "noisy.wav")).frames == 48000
+
+
+def test_a_batch_is_estimated_whole_from_a_stored_rate_or_its_first_window(
+        tmp_path, tiny_checkpoint, monkeypatch):
+    from speechlens_cli.cli import reporting, speed
+    monkeypatch.setattr(reporting, "ESTIMATE_NOTE_S", 0.0)
+    monkeypatch.setattr(speed, "store_rate", lambda *args: None)
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    for name in ("a", "b"):
+        make_audio(tmp_path / "in" / f"{name}.wav", frames=RATE * 5)  # 40,000 samples each
+
+    def notes(out: str) -> list[str]:
+        result = invoke("enhance", tmp_path / "in", tmp_path / out, "--model", tiny_checkpoint)
+        assert result.exit_code == 0, result.stderr
+        return [line for line in result.stderr.splitlines() if line.startswith("note: about")]
+
+    (first,) = notes("out1")
+    assert first.endswith(" left for this batch on this machine "
+                          "(from the speed of its first window)"), first
+    monkeypatch.setattr(speed, "stored_rate", lambda key: 1500.0)  # 0.08 M samples: 120 s
+    assert notes("out2") == ["note: about 2 min for this batch's 2 files (10.0 s of audio) on "
+                             "this machine (measured here by earlier runs)"]
