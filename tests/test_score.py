@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
+import subprocess
 import sys
 from importlib import resources
 from pathlib import Path
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 
-from tests.reliability import invoke, one_error_line, run_child
+from tests.reliability import CHILD, REPO, invoke, one_error_line, run_child
 
 RECORDING = Path(__file__).resolve().parents[1] / "fixtures" / "recordings" / "arctic_a0009.wav"
 EXTRA = ("onnxruntime", "speechmos", "pesq", "pystoi", "soxr")
@@ -298,6 +300,26 @@ def test_stdin_twice_or_as_the_reference_is_a_usage_error(args, line):
     result = invoke("score", *args, input=b"")
     assert result.exit_code == 2
     assert one_error_line(result.stderr) == line
+
+
+@needs_extra
+@pytest.mark.parametrize("as_json", [False, True])
+def test_a_stdout_that_cannot_take_the_scores(as_json):
+    """> /dev/full: one line, exit 1, no traceback; stdout closed (>&-): refused before any
+    file is read, as --json already was."""
+    args = [sys.executable, "-c", CHILD, "score", str(RECORDING), *(["--json"] if as_json else [])]
+    with open("/dev/full", "wb") as full:
+        done = subprocess.run(args, stdout=full, stderr=subprocess.PIPE, text=True, cwd=REPO,
+                              timeout=120, check=False)
+    assert done.returncode == 1
+    assert one_error_line(done.stderr) == ("error: <stdout>: the scores could not be written "
+                                           "(No space left on device)")
+    closed = run_child(["score", RECORDING, *(["--json"] if as_json else [])],
+                       preexec=lambda: os.close(1))
+    assert closed.returncode == 2
+    assert one_error_line(closed.stderr) == (
+        "error: <stdout>: is closed, so " + ("--json has nowhere to write; leave it out"
+                                             if as_json else "the scores have nowhere to go"))
 
 
 # --------------------------------------------------------------------------- a missing extra

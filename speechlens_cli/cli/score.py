@@ -77,12 +77,14 @@ def _table(results: list[scoring.FileScores], with_reference: bool) -> list[str]
     return [header, *(_row(result, width, with_reference) for result in results)]
 
 
-def _emit(result: scoring.FileScores) -> None:
+def _emit(text: str) -> None:
+    """Scores on stdout, which is all the command delivers: a write that fails (a full disk, a
+    closed pipe) is one line and exit 1, never a traceback."""
     try:
-        audio_io.write_line(json.dumps(result.as_dict()))
+        audio_io.write_line(text)
     except OSError as error:
         audio_io.detach_stdout()
-        raise OutputError(f"<stdout>: the --json report could not be written "
+        raise OutputError(f"<stdout>: the scores could not be written "
                           f"({error.strerror or error})") from None
 
 
@@ -104,8 +106,8 @@ def score(files: tuple[str, ...], reference: str | None, as_json: bool) -> None:
             check_name(name)
     if reference == "-":
         raise UsageError("--reference: must name a file, not '-'")
-    if as_json:
-        standard_stream("stdout", "--json has nowhere to write; leave it out")
+    standard_stream("stdout", "--json has nowhere to write; leave it out" if as_json
+                    else "the scores have nowhere to go")
     scoring.extra.require(scoring.extra.DNSMOS
                           + (scoring.extra.REFERENCE if reference is not None else ()))
     with contextlib.ExitStack() as stack:
@@ -123,8 +125,8 @@ def score(files: tuple[str, ...], reference: str | None, as_json: bool) -> None:
                 continue
             results.append(result)
             if as_json:
-                _emit(result)
+                _emit(json.dumps(result.as_dict()))
     if results and not as_json:
-        click.echo("\n".join(_table(results, clean is not None)))
+        _emit("\n".join(_table(results, clean is not None)))
     if errors:
         raise BatchFailedError(f"{len(errors)} of {len(inputs)} files failed (listed above)")
