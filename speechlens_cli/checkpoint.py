@@ -187,7 +187,15 @@ def accept_license() -> None:
 
 
 def license_accepted() -> bool:
-    return _license_accepted or _env_true(LICENSE_ENV)
+    """Accepted in this process, or by SPEECHLENS_ACCEPT_LICENSE; a value of it that says
+    neither yes nor no is a usage error naming it, not a silent no."""
+    if _license_accepted or _env_true(LICENSE_ENV):
+        return True
+    value = os.environ.get(LICENSE_ENV, "")
+    if value.strip().lower() not in ("", "0", "false", "no", "off"):
+        raise UsageError(f"{LICENSE_ENV}={value!r}: set it to 1 to accept NVIDIA's license "
+                         "(0 or unset: not accepted)")
+    return False
 
 
 def license_required(repo_id: str, accept_by: str = "run `speechlens models pull` in a "
@@ -202,7 +210,7 @@ def needs_license(spec: str | os.PathLike | None = None) -> bool:
     """True when using `spec` would download NVIDIA's weights and their license has not been
     accepted yet: the caller shows LICENSE_NOTE and asks first."""
     spec = model_spec(spec)
-    if license_accepted() or _offline() or not is_repo_id(spec) or not _is_nvidias(spec):
+    if _offline() or not is_repo_id(spec) or not _is_nvidias(spec) or license_accepted():
         return False
     try:
         resolve(spec, download=False)

@@ -769,6 +769,23 @@ def test_models_pull_shows_the_license_first(hf_cache, tiny_checkpoint, monkeypa
     assert checkpoint.LICENSE_NOTE not in local.stderr
 
 
+def test_a_license_variable_that_says_neither_yes_nor_no_is_named(hf_cache, monkeypatch):
+    """SPEECHLENS_ACCEPT_LICENSE=maybe was a silent no, refused with "set
+    SPEECHLENS_ACCEPT_LICENSE=1" to a user who had set it. A local checkpoint never asks."""
+    from huggingface_hub import constants
+
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    monkeypatch.setattr(checkpoint, "_license_accepted", False)   # not by an earlier test
+    monkeypatch.setenv(checkpoint.LICENSE_ENV, "maybe")
+    for command in (["models", "pull"], ["enhance", "in.wav", "out.wav"]):
+        refused = invoke(*command)
+        assert refused.exit_code == 2
+        assert one_error_line(refused) == ("error: SPEECHLENS_ACCEPT_LICENSE='maybe': set it to "
+                                           "1 to accept NVIDIA's license (0 or unset: not "
+                                           "accepted)")
+
+
 def _doctor_lines(result) -> dict[str, str]:
     return {line.split(":", 1)[0]: line for line in result.stdout.splitlines()
             if re.match(r"^[a-z]+:", line)}
