@@ -325,7 +325,11 @@ def test_a_suffix_rerun_leaves_its_own_outputs_alone(tmp_path, tiny_checkpoint):
         "b.wav": ("skipped", "exists (--overwrite replaces it)"),
         "a_clean.wav": ("skipped", "its name ends in _clean: an output, not enhanced again"),
         "b_clean.wav": ("skipped", "its name ends in _clean: an output, not enhanced again")}
+    assert again.stderr.splitlines()[0] == ("note: 2 of the inputs already end in _clean "
+                                            "(outputs of an earlier run): left alone")
     assert _stamps(tmp_path) == stamps   # no a_clean_clean.wav, nothing rewritten
+    alone = invoke("enhance", tmp_path / "a_clean.wav", "--suffix", "_clean")   # not a batch
+    assert alone.exit_code == 0 and alone.stderr.startswith("note: 1 of the inputs"), alone.output
 
 
 def test_a_rerun_batch_reports_exists_unless_asked_to_fail(tmp_path, tree, tiny_checkpoint):

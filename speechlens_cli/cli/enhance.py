@@ -187,6 +187,9 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
                             batch=batch, total=total, plan_lines=live)
 
         def run(reporter: Reporter) -> list[SpeechlensError]:
+            if name_suffix is not None and others:   # the only ones --suffix leaves alone
+                reporter.note(f"note: {len(others)} of the inputs already end in {name_suffix} "
+                              "(outputs of an earlier run): left alone")
             errors = run_jobs(jobs, reporter, options, batch=batch, inputs=inputs)
             for path in others:
                 reporter.record(left_alone(path))
