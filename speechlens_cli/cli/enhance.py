@@ -89,8 +89,9 @@ line on stderr; no partial output is left.
               help="Hugging Face repo id, checkpoint folder or .safetensors file "
                    "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
 @click.option("--strict-mode", is_flag=True,
-              help="Output closest to an exact (float64) run of the model, a little slower: "
-                   "for research comparisons.")
+              help="A little slower; the output is the same on every kind of CPU and closest "
+                   "to an exact (float64) run of the model, by far less than can be heard: for "
+                   "research comparisons.")
 @click.option("--chunk-seconds", type=float, default=DEFAULT_CHUNK_SECONDS, show_default=False,
               help=f"Force windows of this many seconds ({CHUNK_SECONDS_RANGE[0]:g}-"
                    f"{CHUNK_SECONDS_RANGE[1]:g}) [default: each file whole up to "
