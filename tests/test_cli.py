@@ -797,7 +797,8 @@ def _doctor_lines(result) -> dict[str, str]:
 
 def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypatch):
     lines = _doctor_lines(healthy := invoke("doctor", "--model", tiny_checkpoint))
-    assert set(lines) == {"platform", "mlx", "kernels", "selfcheck", "blas", "cache", "model"}
+    assert set(lines) == {"platform", "mlx", "kernels", "selfcheck", "blas", "cache", "model",
+                          "scoring"}
     assert mx.__version__ in lines["mlx"] and ": ok, sha256" in lines["model"]
     assert f"backend {kernels.backend()}" in lines["kernels"]
     assert blas.INSTALL_HINT not in healthy.stdout
