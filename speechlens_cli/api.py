@@ -14,9 +14,10 @@ Load the model once and pass it to every call (each call given a path or None lo
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -41,6 +42,7 @@ from .pipeline import (
     DEVICES,
     Geometry,
     ProgressFn,
+    Residual,
     check_atten_lim,
     check_settings,
     check_window_memory,
@@ -230,6 +232,7 @@ class FilePlan:
     overwrite: bool
     name: str
     root: Path | None = None  # the output folder named, when `destination` is mirrored below it
+    residual: Residual | None = None  # where what is removed goes too (--residual)
 
     def facts(self) -> dict:
         """What a report shows about the file before and after enhancing it."""
@@ -273,6 +276,34 @@ def plan_file(
     if track is not None and info.media is None:
         raise UsageError(f"{name}: is a {info.format} file, not a media container: it has no "
                          "tracks to choose from (--track)")
+    _check_destination(source, destination, root, inputs=inputs, overwrite=overwrite,
+                       create_folders=create_folders)
+    output = audio_io.output_format(info, destination, subtype, container=container,
+                                    source=source)
+    audio_io.check_copies_fit(info, output, str(destination))
+    return FilePlan(source, destination, info, output, overwrite, name, root)
+
+
+def plan_residual(plan: FilePlan, residual: str | os.PathLike, *, subtype: str | None = None,
+                  create_folders: bool = False, inputs: frozenset = frozenset()) -> FilePlan:
+    """`plan`, also writing what is removed (input minus output) to `residual`: checked as the
+    output is, and written by the output's rules (its suffix decides the container)."""
+    residual = Path(residual)
+    if audio_io.same_file(residual, plan.destination) or residual == plan.destination:
+        raise UsageError(f"{residual}: is the output itself; the residual needs its own name")
+    beside = residual.parent == plan.destination.parent
+    _check_destination(plan.source, residual, plan.root if beside else residual.parent,
+                       inputs=inputs, overwrite=plan.overwrite,
+                       create_folders=create_folders and beside)
+    output = audio_io.output_format(plan.info, residual, subtype, source=plan.source)
+    audio_io.check_copies_fit(plan.info, output, str(residual))
+    return replace(plan, residual=Residual(residual, output, str(residual)))
+
+
+def _check_destination(source: Path, destination: Path, root: Path, *, inputs: frozenset,
+                       overwrite: bool, create_folders: bool) -> None:
+    """A file may be written at `destination`: a name the system takes, below `root` through no
+    link, not an input, not a folder, new unless `overwrite`, in a writable folder."""
     problem = audio_io.name_problem(destination)
     if problem:
         raise OutputError(f"{destination}: {problem}")
@@ -290,10 +321,6 @@ def plan_file(
         )
     folder = destination.parent
     audio_io.check_writable(audio_io.nearest_existing(folder) if create_folders else folder)
-    output = audio_io.output_format(info, destination, subtype, container=container,
-                                    source=source)
-    audio_io.check_copies_fit(info, output, str(destination))
-    return FilePlan(source, destination, info, output, overwrite, name, root)
 
 
 def check_plan(plan: FilePlan, config: ModelConfig, *,
@@ -333,15 +360,23 @@ def run_plan(
     geometry = check_plan(plan, model.config, chunk_seconds=chunk_seconds, overlap=overlap)
     started = time.perf_counter()
     audio_io.make_folders(plan.destination.parent, plan.root)
-    with audio_io.atomic_output(plan.destination, overwrite=plan.overwrite) as temporary:
+    with contextlib.ExitStack() as outputs:
+        residual = plan.residual   # in the output's folder or one that exists (plan_residual)
+        if residual is not None:   # published after the output, each whole or not at all
+            residual = replace(residual, destination=outputs.enter_context(
+                audio_io.atomic_output(residual.destination, overwrite=plan.overwrite)))
+        temporary = outputs.enter_context(
+            audio_io.atomic_output(plan.destination, overwrite=plan.overwrite))
         result = enhance_stream(
             plan.source, temporary, window_enhancer(model, rate, strict, plan.name),
             geometry, plan.output, name=plan.name, progress=progress,
             output_name=str(plan.destination), info=plan.info, atten_lim_db=atten_lim_db,
+            residual=residual,
         )
     return FileResult(plan.name, str(plan.destination), Status.DONE, {
         **plan.facts(), "frames": result.frames, "windows": result.windows,
         "clamped": result.clamped, "elapsed_seconds": round(time.perf_counter() - started, 3),
+        **({"residual": str(plan.residual.destination)} if plan.residual else {}),
     })
 
 

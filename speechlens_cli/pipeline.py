@@ -359,6 +359,16 @@ class _WindowReader:
         return self.buffer[start - self.origin:end - self.origin]
 
 
+@dataclass(frozen=True)
+class Residual:
+    """Where enhance_stream writes what it removed: a (temporary) file, its format (the output's
+    rules), and its name in messages."""
+
+    destination: Path
+    output: OutputFormat
+    name: str
+
+
 def enhance_stream(
     source: str | Path,
     destination: str | Path,
@@ -371,6 +381,7 @@ def enhance_stream(
     output_name: str | None = None,
     info: AudioInfo | None = None,
     atten_lim_db: float | None = None,
+    residual: Residual | None = None,
 ) -> StreamResult:
     """Enhance `source` into `destination` window by window, writing each block once it is final.
 
@@ -383,7 +394,8 @@ def enhance_stream(
     `output_name` names the output in error messages (`destination` may be a temporary name);
     `info`, the input's (from planning), spares reading it again. `atten_lim_db` mixes each
     enhanced window with its input (mix_original) before the cross-fade, which is linear, so
-    the limit holds across window boundaries too.
+    the limit holds across window boundaries too. `residual`: also write what was removed, the
+    input minus each final block, sample for sample aligned with it.
     The closed output is read back before returning; a window the model turns into NaN or Inf
     (finite input far beyond full scale overflows the STFT) stops the file, never reaching it.
     """
@@ -395,8 +407,18 @@ def enhance_stream(
         starts = geometry.starts(info.frames)
         tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade region
         sink = open_sink(destination, info, output, shown)
+        removed = None
+        if residual is not None:
+            try:
+                removed = open_sink(residual.destination, info, residual.output, residual.name)
+            except BaseException:
+                sink.abandon()
+                raise
 
         def emit(block: np.ndarray) -> None:
+            if removed is not None:   # the input under this block: inside the current window
+                offset = sink.written - start
+                removed.write(window[offset:offset + len(block)] - block)
             sink.write(block)
             if progress is not None:
                 progress(sink.written)
@@ -423,7 +445,13 @@ def enhance_stream(
                 tail = enhanced[final - start:]
         except BaseException:
             sink.abandon()
+            if removed is not None:
+                removed.abandon()
             raise
         sink.close()
+        if removed is not None:
+            removed.close()
     sink.verify()
+    if removed is not None:
+        removed.verify()
     return StreamResult(sink.written, len(starts), sink.clamped)

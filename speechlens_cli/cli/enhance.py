@@ -24,7 +24,13 @@ from ..pipeline import (
 from ..results import Status
 from . import interrupts
 from .app import main
-from .jobs import check_shared_destination, collect_jobs, left_alone, standard_stream
+from .jobs import (
+    check_residual,
+    check_shared_destination,
+    collect_jobs,
+    left_alone,
+    standard_stream,
+)
 from .license import confirm_license
 from .reporting import Reporter
 from .runner import EnhanceOptions, run_jobs
@@ -105,6 +111,10 @@ line on stderr; no partial output is left.
                    "g*input + (1-g)*enhanced with g = 10^(-DB/20), so what the model removes "
                    "ends up at most DB dB down (0: the input unchanged; inf: no limit) "
                    "[default: no limit].")
+@click.option("--residual", default=None, metavar="PATH|SUFFIX", show_default=False,
+              help="Also write what was removed (the input minus the output, sample for sample), "
+                   "as the output is written: to PATH (one input), or beside each output as "
+                   "NAME{SUFFIX}.EXT.")
 @click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
               help="Where MLX runs (auto: the GPU when this MLX build has one).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
@@ -132,7 +142,8 @@ line on stderr; no partial output is left.
                    "arrays, GNU parallel, Ray (docs/scale-out.md).")
 def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | None,
             model: str | None, strict_mode: bool,
-            chunk_seconds: float, overlap: float, atten_lim_db: float | None, device: str,
+            chunk_seconds: float, overlap: float, atten_lim_db: float | None,
+            residual: str | None, device: str,
             overwrite: bool, fail_existing: bool,
             skip_existing: bool, subtype: str | None, output_suffix: str | None,
             track: int | None, as_json: bool, dry_run: bool, quiet: bool,
@@ -173,6 +184,8 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
                                      *(getattr(item, "path", item) for item in others))
         jobs, others = share.take(jobs, others)
         report_existing = (batch or name_suffix is not None) and not (fail_existing or overwrite)
+        if residual is not None:
+            check_residual(residual, jobs, batch=batch)
         if batch:
             check_shared_destination(jobs, skip_existing=skip_existing or report_existing)
         if jobs and not dry_run:  # the license before anything could start a download
@@ -180,7 +193,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
                                  overwrite, skip_existing, subtype, dry_run, track,
-                                 atten_lim_db, report_existing)
+                                 atten_lim_db, report_existing, residual=residual)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan

@@ -107,6 +107,36 @@ def beside_inputs(paths: tuple[str, ...], suffix: str) -> tuple[list[Job], list]
     return jobs, outputs
 
 
+def residual_is_path(value: str) -> bool:
+    """--residual VALUE names a file (a folder in it, or an audio suffix: noise.wav), else it is
+    a SUFFIX added to each output's name (_removed: out_removed.wav)."""
+    separators = {"/", os.sep, os.altsep} - {None}
+    return any(c in value for c in separators) or \
+        audio_io.format_for_suffix(Path(value).suffix.lower()) is not None
+
+
+def check_residual(value: str, jobs: list[Job], *, batch: bool) -> None:
+    """--residual before any work: a PATH for one output, a SUFFIX for outputs with names."""
+    if residual_is_path(value):
+        check_name(value)
+        if batch:
+            raise UsageError(f"--residual {value}: names one file, and this run writes several "
+                             "outputs; give a SUFFIX (e.g. _removed) to write each beside its "
+                             "output")
+        return
+    audio_io.check_name_part(value, "--residual")
+    if any(job.to_stdout for job in jobs):
+        raise UsageError(f"--residual {value}: a SUFFIX goes beside the output, which is stdout "
+                         "here; give the residual a file name (e.g. removed.wav)")
+
+
+def residual_for(job: Job, value: str) -> Path:
+    """Where --residual VALUE puts this job's residual (check_residual has passed)."""
+    if residual_is_path(value):
+        return Path(value)
+    return job.destination.with_name(job.destination.stem + value + job.destination.suffix)
+
+
 def check_name(name: str) -> None:
     """A name the system cannot hold (too long) is a usage error, before any check of the file
     it names raises instead of answering."""

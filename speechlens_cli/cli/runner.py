@@ -12,7 +12,7 @@ from ..errors import OutputError, OutputExistsError, SpeechlensError
 from ..pipeline import MAX_WINDOW_SECONDS
 from ..results import FileResult, Status
 from . import interrupts, speed
-from .jobs import Job
+from .jobs import Job, residual_for
 from .reporting import Reporter
 
 
@@ -34,6 +34,7 @@ class EnhanceOptions:
     #: An existing output is reported as "exists" (a skip with a hint), not a failure: outputs
     #: the run names itself (a folder's tree, -o, --suffix), unless --fail-existing.
     report_existing: bool = False
+    residual: str | None = None   # --residual PATH|SUFFIX (jobs.residual_for)
 
     @property
     def keeps_existing(self) -> bool:
@@ -131,10 +132,18 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
             if job.destination.resolve() in outputs:
                 raise OutputError(f"{job.destination}: is also the output of another input")
             outputs.add(job.destination.resolve())
-            outcomes.append(api.plan_file(
+            plan = api.plan_file(
                 job.source, job.destination, overwrite=options.overwrite,
                 subtype=options.subtype, container=job.container, name=job.name,
-                create_folders=batch, track=options.track, inputs=inputs, root=job.root))
+                create_folders=batch, track=options.track, inputs=inputs, root=job.root)
+            if options.residual is not None:
+                residual = residual_for(job, options.residual)
+                plan = api.plan_residual(plan, residual, subtype=options.subtype,
+                                         create_folders=batch, inputs=inputs)
+                if residual.resolve() in outputs:
+                    raise OutputError(f"{residual}: is also the output of another input")
+                outputs.add(residual.resolve())
+            outcomes.append(plan)
         except SpeechlensError as error:
             outcomes.append(error)
     return outcomes
