@@ -85,6 +85,8 @@ _ARGUMENTS = {
     "overlap": ("a number (a fraction of the window)", _is_number),
     "atten_lim_db": ("a number of decibels, or None", lambda v: v is None or _is_number(v)),
     "subtype": ("an encoding's name (str), or None", lambda v: v is None or isinstance(v, str)),
+    "bit_rate": ("bits per second (an integer), or None",
+                 lambda v: v is None or (_is_number(v) and float(v).is_integer())),
     "progress": ("a callable, or None", lambda v: v is None or callable(v)),
 }
 
@@ -253,6 +255,7 @@ def plan_file(
     track: int | None = None,
     inputs: frozenset = frozenset(),
     root: str | os.PathLike | None = None,
+    bit_rate: int | None = None,
 ) -> FilePlan:
     """Every check that needs no model: a readable input at a supported rate, an output that is
     not the input, does not exist (unless `overwrite`), lands in a writable folder and has a
@@ -264,7 +267,7 @@ def plan_file(
     error. `inputs`, every input of the run (audio_io.identities): an output among them is
     refused, as replacing it would lose it.
     `root`, the output folder named when `destination` is mirrored below it: no symbolic link
-    between the two is followed.
+    between the two is followed. `bit_rate`: a lossy output's, in bits per second.
     """
     source, destination = Path(source), Path(destination)
     root = destination.parent if root is None else Path(root)
@@ -279,7 +282,7 @@ def plan_file(
     _check_destination(source, destination, root, inputs=inputs, overwrite=overwrite,
                        create_folders=create_folders)
     output = audio_io.output_format(info, destination, subtype, container=container,
-                                    source=source)
+                                    source=source, bit_rate=bit_rate)
     audio_io.check_copies_fit(info, output, str(destination))
     return FilePlan(source, destination, info, output, overwrite, name, root)
 
@@ -392,19 +395,25 @@ def enhance_file(
     subtype: str | None = None,
     progress: ProgressFn | None = None,
     atten_lim_db: float | None = None,
+    bit_rate: int | None = None,
 ) -> dict:
     """Enhance one audio file into another, streaming: same rate, channels, length and format.
 
     Checks the input and the destination before the model is loaded. Returns what the CLI's
     `--json` prints for the file; `clamped` counts samples an integer format had to clamp.
-    `atten_lim_db` keeps some of the original (pipeline.mix_original).
+    `atten_lim_db` keeps some of the original (pipeline.mix_original); `bit_rate`, a lossy
+    output's in bits per second (default: the input's for its own codec, else a speech rate).
     """
     _check_arguments(source=source, destination=destination, model=model, strict=strict,
                      overwrite=overwrite, chunk_seconds=chunk_seconds, overlap=overlap,
-                     subtype=subtype, progress=progress, atten_lim_db=atten_lim_db)
+                     subtype=subtype, progress=progress, atten_lim_db=atten_lim_db,
+                     bit_rate=bit_rate)
     check_settings(chunk_seconds, overlap)
     check_atten_lim(atten_lim_db)
-    plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype)
+    if bit_rate is not None:
+        audio_io.parse_bit_rate(str(bit_rate), "bit_rate")
+    plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype,
+                     bit_rate=bit_rate)
     return run_plan(plan, get_model(model), strict=strict, chunk_seconds=chunk_seconds,
                     overlap=overlap, progress=progress, atten_lim_db=atten_lim_db).as_dict()
 

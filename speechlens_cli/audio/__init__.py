@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from .formats import (
     OutputFormat,
+    check_piped,
     check_subtype_name,
     container_subtypes,
     format_for_suffix,
     output_format,
+    parse_bit_rate,
     unwritable,
     writable_subtypes,
     writable_suffixes,
@@ -37,9 +39,10 @@ from .writers import check_copies_fit, open_sink
 __all__ = [
     "MAX_CHANNELS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped", "TreeScan",
     "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_name_part",
-    "check_no_links", "check_subtype_name", "check_writable", "container_subtypes",
+    "check_no_links", "check_piped", "check_subtype_name", "check_writable", "container_subtypes",
     "copy_to_stream", "detach_stdout", "format_for_suffix", "identities", "make_folders",
-    "name_problem", "nearest_existing", "open_reader", "open_sink", "output_format", "read_block",
+    "name_problem", "nearest_existing", "open_reader", "open_sink", "output_format",
+    "parse_bit_rate", "read_block",
     "read_info", "same_file", "scan_tree", "spooled_stdin", "stdout_folder", "unwritable",
     "writable_subtypes", "writable_suffixes", "write_line",
 ]

@@ -21,7 +21,6 @@ from . import libsndfile
 from .containers import (
     CODECS,
     CONTAINERS,
-    LOSSY_BIT_RATE_PER_CHANNEL,
     container_for_suffix,
     muxer_options,
 )
@@ -40,10 +39,17 @@ _SUFFIX_ALIASES = {".aif": "AIFF", ".oga": "OGG", ".snd": "AU"}
 #: libsndfile's encodings from the widest down: a kept encoding a container cannot hold becomes
 #: the first one below it that it can (FLOAT -> FLAC is PCM_24).
 _LADDER = ("DOUBLE", "FLOAT", "PCM_32", "PCM_24", "PCM_16", "PCM_S8", "PCM_U8")
-#: Encodings that are not on the ladder, by the ladder's step that holds them without loss;
-#: lossy ones decode to floating point.
+#: Encodings that are not on the ladder, by the ladder's step that holds them without loss (PCM
+#: in MOV and MP4: its own width).
 _ON_LADDER = {"ALAC_16": "PCM_16", "ALAC_20": "PCM_24", "ALAC_24": "PCM_24",
-              "ALAC_32": "PCM_32", "ALAC": "PCM_24", "FLAC": "PCM_24"}
+              "ALAC_32": "PCM_32", "ALAC": "PCM_24", "FLAC": "PCM_24",
+              **{codec.name: codec.pcm for codec in CODECS.values() if codec.pcm}}
+#: Where lossy encodings (AAC, MP3, Vorbis, GSM...) start down the ladder: they decode to
+#: floating point, but 24 bits hold all they keep and, unlike FLOAT, every tool reads them
+#: (--subtype FLOAT keeps peaks beyond full scale).
+_LOSSY_STEP = "PCM_24"
+#: Bit rates a lossy encoding may be asked for (--bitrate), in bits per second.
+BIT_RATE_RANGE = (6_000, 512_000)
 #: Frames the encoding probe writes, rounded up to whole blocks: libsndfile's containers that
 #: pack samples into packets read nothing back from less than one (SDS: 60 frames, PAF 24-bit:
 #: 10), and every output is longer than this minimum's order (one STFT frame: 320 and up).
@@ -109,9 +115,11 @@ def writable_suffixes() -> list[str]:
 
 def output_format(info: AudioInfo, destination: str | os.PathLike | None,
                   subtype: str | None = None, *, container: str | None = None,
-                  source: str | os.PathLike | None = None) -> OutputFormat:
+                  source: str | os.PathLike | None = None,
+                  bit_rate: int | None = None) -> OutputFormat:
     """The container the destination's suffix names (`container` forces one: stdout is WAV),
-    the input's encoding in it or the nearest one it can hold.
+    the input's encoding in it or the nearest one it can hold; `bit_rate`, a lossy encoding's
+    (the input's where it has the same codec, else the codec's speech rate).
 
     A suffix that names nothing writable is refused, unless it is the input's own (a file
     libsndfile reads by its content, mirrored into a batch's output tree under its name).
@@ -126,8 +134,9 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
             raise UsageError(f"subtype {subtype} cannot be written in a {fmt} file"
                              + _shape_note(fmt, subtype, info) + f"; {_valid_list(fmt, info)}")
         block = _block_of(fmt, subtype, info)
-        return OutputFormat(fmt, subtype, _bit_rate(subtype, info),
-                            _padding_note(subtype, block, info), block)
+        return OutputFormat(fmt, subtype, _bit_rate(fmt, subtype, info, bit_rate, destination),
+                            _joined(_pcm_caveat(fmt, subtype), _padding_note(subtype, block,
+                                                                               info)), block)
     kept = _can_write(fmt, info.subtype, info)
     chosen = info.subtype if kept else _nearest(fmt, info)
     if chosen is None:
@@ -138,12 +147,22 @@ def output_format(info: AudioInfo, destination: str | os.PathLike | None,
     if container and container != info.format:
         notes.append(f"{info.format} input written as {fmt}/{chosen} "
                      f"(standard output carries {fmt})")
-    if not kept:
+    if not kept and _ON_LADDER.get(info.subtype) != chosen:  # PCM_S16LE is PCM_16 in a WAV
         notes.append(f"{info.subtype} cannot be written in a {fmt} file: {chosen} instead")
     block = _block_of(fmt, chosen, info)
-    notes.append(_padding_note(chosen, block, info))
-    return OutputFormat(fmt, chosen, _bit_rate(chosen, info),
-                        "; ".join(n for n in notes if n) or None, block)
+    notes += [_pcm_caveat(fmt, chosen), _padding_note(chosen, block, info)]
+    return OutputFormat(fmt, chosen, _bit_rate(fmt, chosen, info, bit_rate, destination),
+                        _joined(*notes), block)
+
+
+def _joined(*notes: str | None) -> str | None:
+    return "; ".join(n for n in notes if n) or None
+
+
+def _pcm_caveat(fmt: str, subtype: str) -> str | None:
+    """What a container says about PCM in it (MP4's is 'ipcm', not every player's)."""
+    codec = CODECS.get(subtype)
+    return CONTAINERS[fmt].pcm_caveat if fmt in CONTAINERS and codec and codec.pcm else None
 
 
 def _block_of(fmt: str, subtype: str, info: AudioInfo) -> int:
@@ -184,19 +203,51 @@ def _nearest(fmt: str, info: AudioInfo) -> str | None:
         candidates = lossless + [c for c in candidates if c not in lossless]
     else:
         step = _ON_LADDER.get(info.subtype, info.subtype)
-        start = _LADDER.index(step) if step in _LADDER else _LADDER.index("FLOAT")
+        start = _LADDER.index(step if step in _LADDER else _LOSSY_STEP)
         candidates = _LADDER[start:] + tuple(sf.available_subtypes(fmt))
     return next((c for c in candidates if _can_write(fmt, c, info)), None)
 
 
-def _bit_rate(subtype: str, info: AudioInfo) -> int | None:
-    """A lossy codec keeps the input's rate when the input had the same codec."""
+def _bit_rate(fmt: str, subtype: str, info: AudioInfo, asked: int | None,
+              destination) -> int | None:
+    """The rate asked for, which the encoder must take (Opus refuses more than 256 kb/s a
+    channel); else the input's where it had the same codec, or the codec's speech rate. Only a
+    lossy codec FFmpeg writes has one (libsndfile's Vorbis and Opus take none)."""
     codec = CODECS.get(subtype)
-    if codec is None or codec.lossless:
+    lossy = fmt in CONTAINERS and codec is not None and not codec.lossless
+    if asked is not None:
+        if not lossy:
+            raise UsageError(f"{destination or 'output'}: --bitrate applies to the lossy "
+                             f"encodings FFmpeg writes (AAC, OPUS, MP3), not {fmt}/{subtype}; "
+                             "ask for one with "
+                             "--subtype or a suffix whose container has one (.m4a: --subtype "
+                             "AAC, .mp3, .opus)")
+        why = _media_refusal(fmt, subtype, info, asked)
+        if why is not None:
+            raise UsageError(f"--bitrate {asked}: {subtype} cannot be encoded at that rate "
+                             f"here ({why})")
+        return asked
+    if not lossy:
         return None
     if info.media is not None and info.subtype == subtype and info.media.bit_rate:
         return info.media.bit_rate
-    return LOSSY_BIT_RATE_PER_CHANNEL * info.channels
+    return codec.speech_bit_rate * info.channels
+
+
+def parse_bit_rate(text: str, name: str = "--bitrate") -> int:
+    """A bit rate as given on a command line (`name`): bits per second (64000) or kilobits
+    (64k), within BIT_RATE_RANGE; else a UsageError saying what is."""
+    digits = text.strip().lower()
+    scale = 1000 if digits.endswith("k") else 1
+    try:
+        value = float(digits.removesuffix("k")) * scale
+    except ValueError:
+        value = float("nan")
+    low, high = BIT_RATE_RANGE
+    if not low <= value <= high or value != int(value):
+        raise UsageError(f"{name} {text}: give bits per second from {low // 1000}k to "
+                         f"{high // 1000}k (64000 or 64k)")
+    return int(value)
 
 
 def container_subtypes(fmt: str) -> list[str]:
@@ -234,8 +285,10 @@ def _can_write(fmt: str, subtype: str, info: AudioInfo) -> bool:
     return block_frames(fmt, subtype, info.sample_rate, info.channels) is not None
 
 
-def _media_refusal(fmt: str, subtype: str, info: AudioInfo) -> str | None:
-    """Why a `fmt` media file cannot hold the speech track in `subtype`, or None where it can."""
+def _media_refusal(fmt: str, subtype: str, info: AudioInfo,
+                   bit_rate: int | None = None) -> str | None:
+    """Why a `fmt` media file cannot hold the speech track in `subtype` (at `bit_rate`), or None
+    where it can."""
     container, codec = CONTAINERS[fmt], CODECS.get(subtype)
     if subtype not in container.codecs or codec is None or codec.encoder is None:
         return "not a codec it holds"
@@ -243,7 +296,7 @@ def _media_refusal(fmt: str, subtype: str, info: AudioInfo) -> str | None:
     layout = info.media.layout if info.media else pyav.layout_for(info.channels)
     options = muxer_options(container, subtype, info.sample_rate)
     return pyav.cannot_write(container.muxer, codec.encoder, info.sample_rate, layout,
-                             tuple(options.items()))
+                             tuple(options.items()), bit_rate)
 
 
 @functools.cache
@@ -320,6 +373,18 @@ def _shape_note(fmt: str, subtype: str, info: AudioInfo) -> str:
         return ""
     shape = f" at {info.sample_rate} Hz with {info.channels} channel(s)"
     return shape + (f" ({_media_refusal(fmt, subtype, info)})" if fmt in CONTAINERS else "")
+
+
+def check_piped(suffix: str) -> None:
+    """Standard output is a pipe: a container whose reader must seek to its end (MP4's index
+    is written last) is refused there, with those that are not."""
+    media = container_for_suffix(suffix)
+    if media is not None and not media.piped:
+        piped = [s for s in writable_suffixes()
+                 if getattr(container_for_suffix(s), "piped", True)]
+        raise UsageError(f"--format {suffix[1:]}: a {media.name} file cannot be read from a pipe "
+                         "(its index comes last); on standard output use one of "
+                         + " ".join(piped))
 
 
 def check_subtype_name(subtype: str) -> None:

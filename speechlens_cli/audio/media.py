@@ -15,7 +15,7 @@ import numpy as np
 
 from ..errors import AudioInputError, UsageError
 from . import pyav
-from .containers import codec_name, container_for_file
+from .containers import codec_name, container_for_file, container_for_suffix
 from .info import AudioInfo, MediaTrack, check_channels
 
 
@@ -36,9 +36,10 @@ def select_track(container: av.container.InputContainer, name: str,
 
 
 @contextlib.contextmanager
-def opened(path: str | os.PathLike, name: str) -> Iterator[av.container.InputContainer]:
+def opened(path: str | os.PathLike, name: str,
+           demuxer: str | None = None) -> Iterator[av.container.InputContainer]:
     try:
-        container = pyav.open_input(path)
+        container = pyav.open_input(path, demuxer)
     except pyav.ERRORS as error:
         raise AudioInputError(f"{name}: not a readable audio file ({pyav.reason(error)})") \
             from None
@@ -82,11 +83,15 @@ def _check_same_shape(first: av.AudioFrame, frame: av.AudioFrame, decoded: int,
                 f"needs one {what} per track (split it where it changes)")
 
 
-def probe(path: str | os.PathLike, name: str, track: int | None = None) -> AudioInfo:
+def probe(path: str | os.PathLike, name: str, track: int | None = None,
+          demuxer: str | None = None) -> AudioInfo:
     """Decode the chosen track once to count its samples: containers record lengths roughly or
-    not at all, and the windows need the exact count before the first one is enhanced."""
+    not at all, and the windows need the exact count before the first one is enhanced.
+    `demuxer`: the one to read it with (an output read back), else its suffix's where FFmpeg's
+    guess may fail (a short .aac)."""
     path = Path(path)
-    with opened(path, name) as container:
+    named = container_for_suffix(path.suffix)
+    with opened(path, name, demuxer or (named and named.demuxer)) as container:
         stream = select_track(container, name, track)
         decoded, first, size, codec_frame = 0, None, 0, 0
         try:

@@ -33,14 +33,15 @@ def native_path(path: str | os.PathLike) -> str:
     return "file:" + os.path.abspath(os.fsdecode(path))
 
 
-def open_input(source: str | os.PathLike | BinaryIO) -> av.container.InputContainer:
+def open_input(source: str | os.PathLike | BinaryIO,
+               demuxer: str | None = None) -> av.container.InputContainer:
     """An input (a file's name, or a file object) opened only as one of the containers
-    speechlens reads (containers.DEMUXERS), through the file protocol alone: nothing FFmpeg
-    opens can lead to another file or a URL."""
+    speechlens reads (containers.DEMUXERS; `demuxer` names the one, where it is known), through
+    the file protocol alone: nothing FFmpeg opens can lead to another file or a URL."""
     allowed = {"format_whitelist": DEMUXERS, "protocol_whitelist": "file"}
     name = native_path(source) if isinstance(source, (str, os.PathLike)) else source
     try:
-        return av.open(name, container_options=allowed)
+        return av.open(name, format=demuxer, container_options=allowed)
     except av.ArgumentError as error:
         if error.errno != errno.EINVAL:
             raise
@@ -98,15 +99,19 @@ def explained(error: Exception, logs: list[tuple[int, str, str]]) -> str:
 
 @functools.cache
 def cannot_write(muxer: str, encoder: str, sample_rate: int, layout: str,
-                 options: tuple[tuple[str, str], ...] = ()) -> str | None:
-    """Why FFmpeg cannot write a track of `encoder` at this rate and layout with `muxer` (opened
-    with `options`), or None where it can: the encoder opens (Opus takes 8-48 kHz in five
-    steps, MP3 no more than two channels, ALAC no 7.1) and the muxer writes its header in
-    memory (the mp4 muxer refuses MP3 below 16 kHz)."""
+                 options: tuple[tuple[str, str], ...] = (),
+                 bit_rate: int | None = None) -> str | None:
+    """Why FFmpeg cannot write a track of `encoder` at this rate and layout (and `bit_rate`)
+    with `muxer` (opened with `options`), or None where it can: the encoder opens (Opus takes
+    8-48 kHz in five steps and at most 256 kb/s a channel, MP3 no more than two channels, ALAC
+    no 7.1) and the muxer writes its header in memory (the mp4 muxer refuses MP3 below
+    16 kHz)."""
     with ffmpeg_errors() as logs:
         try:
             with av.open(io.BytesIO(), "w", format=muxer, options=dict(options)) as trial:
-                trial.add_stream(encoder, rate=sample_rate, layout=layout)
+                stream = trial.add_stream(encoder, rate=sample_rate, layout=layout)
+                if bit_rate:
+                    stream.bit_rate = bit_rate
                 trial.start_encoding()
         except ERRORS as error:
             return explained(error, logs)

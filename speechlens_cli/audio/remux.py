@@ -30,6 +30,10 @@ def _copied(stream: av.stream.Stream) -> bool:
     return stream.discard != av.stream.Discard.all
 
 
+def _is_cover(stream: av.stream.Stream) -> bool:
+    return bool(stream.disposition & av.stream.Disposition.attached_pic)
+
+
 def _add_copy(out: av.container.OutputContainer, stream: av.stream.Stream,
               output: OutputFormat, shown: str) -> av.stream.Stream:
     """`stream` added to `out` to be copied packet for packet, or why the container cannot."""
@@ -64,6 +68,10 @@ def check_copies_fit(info: AudioInfo, output: OutputFormat, shown: str) -> None:
     with pyav.open_input(info.media.source) as source:
         copies = [stream for stream in source.streams
                   if stream.index != info.media.stream_index and _copied(stream)]
+        cover = next((stream for stream in copies if _is_cover(stream)), None)
+        if cover is not None and not CONTAINERS[output.format].covers:
+            raise _cannot_hold(cover, output, shown, "cover art would be dropped: .m4a and "
+                               ".mp4 keep it")
         if _header_refusal(info, output, shown, copies) is None:
             return
         for count in range(len(copies) + 1):
@@ -123,8 +131,7 @@ class MediaSink:
         audio track) so it stays in sync with them; alone (a cover art at most), it starts at 0:
         an MP3's first sample is stamped after the encoder's delay, which another container
         would play as a gap."""
-        timed = any(not self.source.streams[index].disposition
-                    & av.stream.Disposition.attached_pic for index in self.copies)
+        timed = any(not _is_cover(self.source.streams[index]) for index in self.copies)
         return self.info.media.start if timed else Fraction(0)
 
     def _failure(self, what: str, error: Exception) -> OutputError:
@@ -232,12 +239,13 @@ class MediaSink:
     def verify(self) -> None:
         """After close: the speech track must decode to exactly what was written, or up to the
         encoder's padding more where the container does not record the length (AAC in
-        Matroska)."""
-        padding = 1
-        if self.output.subtype in CONTAINERS[self.output.format].unrecorded:
-            padding = max(self.audio.codec_context.frame_size or 0, 1)
+        Matroska), and its delay too where nothing trims it (ADTS)."""
+        padding, container = 1, CONTAINERS[self.output.format]
+        if self.output.subtype in container.unrecorded:
+            frames = max(self.audio.codec_context.frame_size or 0, 1)
+            padding = frames * (2 if container.primed else 1)
         try:
-            back = media.probe(self.path, self.shown, self.track_number)
+            back = media.probe(self.path, self.shown, self.track_number, container.demuxer)
             # Opus decodes at 48 kHz whatever rate it was encoded from (8-48 kHz divide it)
             got = round(back.frames * self.info.sample_rate / back.sample_rate)
         except SpeechlensError:

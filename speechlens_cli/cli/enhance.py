@@ -57,6 +57,12 @@ def _shard_option(_ctx: click.Context, _param: click.Parameter,
         raise click.BadParameter(str(error)) from None
 
 
+def _bit_rate_option(_ctx: click.Context, _param: click.Parameter,
+                     value: str | None) -> int | None:
+    """Click callback for --bitrate: checked before any work (one usage line)."""
+    return None if value is None else audio_io.parse_bit_rate(value)
+
+
 _EXAMPLES = """\b
 Examples:
   speechlens enhance memo.m4a clean.m4a        phone memo: AAC stays AAC at its bit rate
@@ -70,10 +76,13 @@ Examples:
   speechlens enhance a.wav b.m4a -o cleaned/   several files into one folder
   speechlens enhance - - < in.wav > out.wav    WAV through stdin and stdout
   speechlens enhance - clean.m4a < memo.m4a    any readable format on stdin
+  speechlens enhance - - --format flac < in.wav > out.flac   another container on stdout
+  speechlens enhance in.wav out.mp3 --bitrate 128k            a lossy output's bit rate
 
 \b
 Formats: WAV, FLAC, AIFF, OGG and libsndfile's others, exactly; M4A, MP4, MOV, WebM,
-MKV, MP3 through FFmpeg (PyAV). `speechlens formats` lists them with their encodings.
+MKV, MP3, AAC (ADTS) and Opus through FFmpeg (PyAV). `speechlens formats` lists them
+with their encodings.
 An output suffix nothing writes (.txt, none) is refused; an encoding the container
 cannot hold becomes the nearest lossless one it has, with a note.
 
@@ -125,8 +134,14 @@ line on stderr; no partial output is left.
 @click.option("--subtype", default=None, show_default=False,
               help="Output encoding, e.g. PCM_16, PCM_24, FLOAT [default: the input's].")
 @click.option("--format", "output_suffix", default=None, metavar="SUFFIX", show_default=False,
-              help="Container of every output, by suffix (wav, flac, m4a, mp4, webm, ...) "
-                   "[default: the output name's, else the input's].")
+              help="Container of every output, by suffix (wav, flac, m4a, mp4, webm, ...), "
+                   "also on stdout where a pipe can carry it (not MP4's family) "
+                   "[default: the output name's, else the input's; WAV on stdout].")
+@click.option("--bitrate", "bit_rate", default=None, metavar="RATE", show_default=False,
+              callback=_bit_rate_option,
+              help="Bit rate of a lossy output (AAC, Opus, MP3), e.g. 64k or 64000 "
+                   "[default: the input's for the same codec, else 64k a channel for AAC and "
+                   "MP3, 32k for Opus].")
 @click.option("--track", type=click.IntRange(min=0), default=None, show_default=False,
               help="Audio track of a media file to enhance, from 0 as in ffmpeg's -map 0:a:N "
                    "[default: the default track]; the others are copied.")
@@ -146,6 +161,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             residual: str | None, device: str,
             overwrite: bool, fail_existing: bool,
             skip_existing: bool, subtype: str | None, output_suffix: str | None,
+            bit_rate: int | None,
             track: int | None, as_json: bool, dry_run: bool, quiet: bool,
             verbose: bool, accept_license: bool, shard: tuple[int, int] | None) -> None:
     """Enhance SOURCE into DESTINATION, file to file or folder to folder ('-' is stdin/stdout).
@@ -193,7 +209,8 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
                                  overwrite, skip_existing, subtype, dry_run, track,
-                                 atten_lim_db, report_existing, residual=residual)
+                                 atten_lim_db, report_existing, bit_rate=bit_rate,
+                                 residual=residual)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan

@@ -32,8 +32,10 @@ class Job:
     def in_format(self, suffix: str, *, named: bool) -> Job:
         """The job writing `suffix` (--format); `named`: the user typed the output's name, whose
         own suffix may not say otherwise."""
-        if self.to_stdout:
-            raise UsageError("--format does not apply to standard output (always WAV)")
+        if self.to_stdout:  # a pipe: the suffix decides, for a container a pipe can carry
+            audio_io.check_piped(suffix)
+            return replace(self, destination=self.destination.with_suffix(suffix),
+                           container=None)
         own = self.destination.suffix.lower()
         if named and audio_io.format_for_suffix(own) and own != suffix:
             raise UsageError(f"{self.destination}: its suffix contradicts --format {suffix[1:]}")

@@ -34,6 +34,7 @@ class EnhanceOptions:
     #: An existing output is reported as "exists" (a skip with a hint), not a failure: outputs
     #: the run names itself (a folder's tree, -o, --suffix), unless --fail-existing.
     report_existing: bool = False
+    bit_rate: int | None = None  # a lossy output's, bits per second (--bitrate)
     residual: str | None = None   # --residual PATH|SUFFIX (jobs.residual_for)
 
     @property
@@ -135,7 +136,8 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
             plan = api.plan_file(
                 job.source, job.destination, overwrite=options.overwrite,
                 subtype=options.subtype, container=job.container, name=job.name,
-                create_folders=batch, track=options.track, inputs=inputs, root=job.root)
+                create_folders=batch, track=options.track, inputs=inputs, root=job.root,
+                bit_rate=options.bit_rate)
             if options.residual is not None:
                 residual = residual_for(job, options.residual)
                 plan = api.plan_residual(plan, residual, subtype=options.subtype,
