@@ -261,3 +261,19 @@ def test_a_container_no_pipe_can_carry_is_refused_on_stdout(tmp_path):
                            "index comes last); on standard output use one of .aif ")
     assert " .flac " in line and " .mp4" not in line and " .mov" not in line
     assert result.stdout_bytes == b""
+
+
+def test_the_python_api_takes_a_bit_rate(tmp_path, tiny_checkpoint):
+    """enhance_file(bit_rate=...) is --bitrate: the encoder gets it; a rate out of range or not
+    a whole number is a UsageError naming the argument, nothing written."""
+    from speechlens_cli import api
+    from speechlens_cli.errors import UsageError
+    source = make_audio(tmp_path / "in.wav", 96000, rate=48000)
+    out = tmp_path / "out.mp3"
+    api.enhance_file(source, out, model=tiny_checkpoint, bit_rate=128_000)
+    assert abs(_kilobits(out) - 128) < 0.2 * 128
+    with pytest.raises(UsageError, match=r"^bit_rate 3000: give bits per second from 6k to 512k"):
+        api.enhance_file(source, tmp_path / "low.mp3", model=tiny_checkpoint, bit_rate=3000)
+    with pytest.raises(UsageError, match=r"^bit_rate must be bits per second \(an integer\)"):
+        api.enhance_file(source, tmp_path / "odd.mp3", model=tiny_checkpoint, bit_rate=64.5)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.wav", "out.mp3"]
