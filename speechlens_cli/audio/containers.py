@@ -53,7 +53,7 @@ class MediaContainer:
 _PCM = {"pcm_s16le": "PCM_16", "pcm_s16be": "PCM_16", "pcm_s24le": "PCM_24",
         "pcm_s24be": "PCM_24", "pcm_s32le": "PCM_32", "pcm_s32be": "PCM_32",
         "pcm_f32le": "FLOAT", "pcm_f32be": "FLOAT"}
-PCM_CODECS = tuple(name.upper() for name in _PCM)
+_PCM_CODECS = tuple(name.upper() for name in _PCM)
 
 CODECS = {codec.name: codec for codec in (
     Codec("AAC", "aac", ("aac", "aac_fixed", "aac_latm"), speech_bit_rate=64_000),
@@ -75,9 +75,9 @@ CONTAINERS = {container.name: container for container in (
     MediaContainer("M4A", "mp4", (".m4a", ".m4b"), ("ALAC", "AAC"), edit_lists=True,
                    options=_M4A_BRAND, piped=False),
     MediaContainer("MP4", "mp4", (".mp4", ".m4v"),
-                   ("ALAC", "FLAC", *PCM_CODECS, "AAC", "OPUS", "MP3"), edit_lists=True,
+                   ("ALAC", "FLAC", *_PCM_CODECS, "AAC", "OPUS", "MP3"), edit_lists=True,
                    piped=False, pcm_caveat=_IPCM),
-    MediaContainer("MOV", "mov", (".mov", ".qt"), ("ALAC", *PCM_CODECS, "AAC"),
+    MediaContainer("MOV", "mov", (".mov", ".qt"), ("ALAC", *_PCM_CODECS, "AAC"),
                    edit_lists=True, piped=False, covers=False),
     MediaContainer("3GP", "3gp", (".3gp",), ("AAC",), edit_lists=True, piped=False),
     MediaContainer("WEBM", "webm", (".webm",), ("OPUS",)),
