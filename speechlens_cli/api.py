@@ -288,9 +288,11 @@ def plan_file(
 
 
 def plan_residual(plan: FilePlan, residual: str | os.PathLike, *, subtype: str | None = None,
-                  create_folders: bool = False, inputs: frozenset = frozenset()) -> FilePlan:
+                  create_folders: bool = False, inputs: frozenset = frozenset(),
+                  bit_rate: int | None = None) -> FilePlan:
     """`plan`, also writing what is removed (input minus output) to `residual`: checked as the
-    output is, and written by the output's rules (its suffix decides the container)."""
+    output is, and written by the output's rules (its suffix decides the container; `bit_rate`
+    is its encoder's where it is lossy, as the output's is)."""
     residual = Path(residual)
     if audio_io.same_file(residual, plan.destination) or residual == plan.destination:
         raise UsageError(f"{residual}: is the output itself; the residual needs its own name")
@@ -299,6 +301,9 @@ def plan_residual(plan: FilePlan, residual: str | os.PathLike, *, subtype: str |
                        inputs=inputs, overwrite=plan.overwrite,
                        create_folders=create_folders and beside)
     output = audio_io.output_format(plan.info, residual, subtype, source=plan.source)
+    if bit_rate is not None and output.bit_rate is not None:
+        output = audio_io.output_format(plan.info, residual, subtype, source=plan.source,
+                                        bit_rate=bit_rate)
     audio_io.check_copies_fit(plan.info, output, str(residual))
     return replace(plan, residual=Residual(residual, output, str(residual)))
 

@@ -59,6 +59,25 @@ def test_no_attenuation_leaves_a_silent_residual(tmp_path, tiny_checkpoint, on_c
     assert not np.any(sf.read(tmp_path / "out_removed.wav")[0])
 
 
+@pytest.mark.parametrize("residual, kilobits", [("_removed", 32), ("removed.wav", None)])
+def test_bitrate_applies_to_a_lossy_residual_as_to_the_output(tmp_path, tiny_checkpoint,
+                                                               residual, kilobits):
+    """A lossy residual (beside out.mp3: an MP3) is encoded at --bitrate; a lossless one takes
+    none, and is no reason to refuse the option."""
+    import av
+
+    source = make_audio(tmp_path / "in.wav", 96000, rate=48000)
+    result = _enhance(tiny_checkpoint, source, tmp_path / "out.mp3", "--bitrate", "32k",
+                      "--residual", tmp_path / residual if kilobits is None else residual)
+    assert result.exit_code == 0, result.output
+    if kilobits is None:
+        assert sf.info(tmp_path / residual).subtype == "PCM_16"
+        return
+    with av.open(str(tmp_path / "out_removed.mp3")) as container:
+        rate = container.streams.audio[0].codec_context.bit_rate
+    assert abs(rate / 1000 - kilobits) < 0.2 * kilobits
+
+
 def test_a_suffix_writes_each_residual_beside_its_output(tmp_path, tiny_checkpoint, on_cpu):
     sources = [make_audio(tmp_path / "in" / name, 8000, seed=i)
                for i, name in enumerate(("a.wav", "b.wav"))]

@@ -141,7 +141,8 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
             if options.residual is not None:
                 residual = residual_for(job, options.residual)
                 plan = api.plan_residual(plan, residual, subtype=options.subtype,
-                                         create_folders=batch, inputs=inputs)
+                                         create_folders=batch, inputs=inputs,
+                                         bit_rate=options.bit_rate)
                 if residual.resolve() in outputs:
                     raise OutputError(f"{residual}: is also the output of another input")
                 outputs.add(residual.resolve())
