@@ -17,6 +17,17 @@ from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, write
 ATTENUATED_PHASE_GAIN = 1e-4
 
 
+@pytest.fixture(scope="session", autouse=True)
+def private_cache_folder(tmp_path_factory):
+    """The run's own cache folder (SPEECHLENS_CACHE_DIR, inherited by the CLI's child
+    processes): what speechlens keeps between runs (compiled kernels, self-check verdicts, the
+    measured speeds its estimates use) neither comes from the user's folder into a test nor goes
+    from a test into it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path_factory.mktemp("speechlens-cache")))
+        yield
+
+
 @pytest.fixture
 def on_cpu():
     """MLX's CPU device for one test, then the device before it again: for what only the CPU
