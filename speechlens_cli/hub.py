@@ -17,7 +17,6 @@ import logging
 import os
 import re
 import stat
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
@@ -221,7 +220,11 @@ def _host() -> str:
 
 
 def _proxy() -> str | None:
-    """The proxy the client goes through to the hub, as the environment sets it (for messages)."""
+    """The proxy the client goes through to the hub, as the environment sets it (for messages).
+    urllib.request is imported here, on a failed download: it brings ssl and http.client, which
+    every start of speechlens would otherwise pay for."""
+    import urllib.request
+
     address = urlsplit(endpoint())
     if urllib.request.proxy_bypass_environment(address.hostname or ""):
         return None
