@@ -14,7 +14,6 @@ import click
 from .. import api
 from .. import audio as audio_io
 from ..errors import OutputError, OutputExistsError, UsageError
-from ..synthetic import demo as material
 from . import interrupts
 from .app import main
 from .jobs import check_name
@@ -27,6 +26,8 @@ def demo(folder: Path, overwrite: bool) -> None:
     """Try speechlens offline: make noisy speech and a checkpoint with RANDOM weights in FOLDER
     (default speechlens-demo) and enhance it. It shows the tool working on this machine and how
     fast; random weights do not clean speech (speechlens models pull fetches the real model)."""
+    from ..synthetic import demo as material  # the command's own, not every start's
+
     check_name(str(folder))
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: is not a folder")
@@ -60,6 +61,8 @@ def demo(folder: Path, overwrite: bool) -> None:
 def _write_checkpoint(weights: Path) -> None:
     """The random checkpoint into a temporary folder beside `weights`, then renamed into place
     (an earlier demo's replaced), so an interrupted demo leaves no half-written checkpoint."""
+    from ..synthetic import demo as material
+
     temporary = weights.with_name(f".{weights.name}.{secrets.token_hex(4)}")
     try:
         temporary.mkdir()  # the umask's permissions, as the folder it becomes should have

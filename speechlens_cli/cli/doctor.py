@@ -12,7 +12,7 @@ from pathlib import Path
 import click
 import mlx.core as mx
 
-from .. import blas, checkpoint, hub, kernels, scoring
+from .. import blas, checkpoint, hub, kernels
 from ..errors import MissingExtraError, ModelNotFoundError, SpeechlensError, UsageError
 from ..model.config import ModelConfig
 from .app import main
@@ -150,11 +150,14 @@ def _cache_check() -> Check:
 
 def _scoring_check() -> Check:
     """Whether `speechlens score` runs here: its packages (the optional `report` extra) import.
-    Information only: speechlens enhances without them."""
-    versions = scoring.extra.versions()
+    Information only: speechlens enhances without them. The scoring package is imported here,
+    not by every start of speechlens."""
+    from ..scoring import extra as scoring_extra
+
+    versions = scoring_extra.versions()
     extra = {"available": False, "versions": versions}
     try:
-        scoring.extra.require()
+        scoring_extra.require()
     except MissingExtraError as error:
         return Check("scoring", f"unavailable: {error}", extra=extra)
     return Check("scoring", "available (" + ", ".join(f"{name} {version}" for name, version

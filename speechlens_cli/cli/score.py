@@ -5,14 +5,17 @@ from __future__ import annotations
 import contextlib
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from .. import audio as audio_io
-from .. import scoring
 from ..errors import BatchFailedError, OutputError, SpeechlensError, UsageError
 from .app import main
 from .jobs import check_name, standard_stream
+
+if TYPE_CHECKING:   # imported by the command itself, not by every start of speechlens
+    from .. import scoring
 
 _COLUMNS = (("SIG", 5), ("BAK", 5), ("OVRL", 5), ("P808", 5))
 _REFERENCE_COLUMNS = (("PESQ-WB", 7), ("STOI", 5), ("SI-SDR dB", 9))
@@ -101,6 +104,8 @@ def score(files: tuple[str, ...], reference: str | None, as_json: bool) -> None:
     """Score speech: DNSMOS (SIG, BAK, OVRL, P.808) of each FILE (a folder: every audio file
     in it; '-': stdin); with --reference also PESQ, STOI and SI-SDR against a clean recording of
     the same speech."""
+    from .. import scoring
+
     for name in (*files, *([reference] if reference is not None else [])):
         if name != "-":
             check_name(name)
