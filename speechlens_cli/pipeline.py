@@ -248,7 +248,12 @@ def check_window_memory(cfg: ModelConfig, samples: int, sample_rate: int, name: 
     """Refuse, before MLX allocates, a window the machine cannot hold: the CPU backend does not
     fail an allocation, it dies of it (SIGSEGV, exit 139, the temporary output left). The
     check applies where the model runs in host memory (the CPU, Apple's unified memory)."""
-    have = _host_memory_budget()
+    _refuse_window(cfg, samples, sample_rate, name, _host_memory_budget())
+
+
+def _refuse_window(cfg: ModelConfig, samples: int, sample_rate: int, name: str,
+                   have: int | None) -> None:
+    """check_window_memory's refusal against a budget read already (`have`; None: no bound)."""
     need = window_bytes(cfg, samples, sample_rate)
     if have is not None and need > have:
         raise EnhancementError(
@@ -263,18 +268,18 @@ def plan_windows(cfg: ModelConfig, frames: int, sample_rate: int, chunk_seconds:
     one, a file of at most MAX_WINDOW_SECONDS runs as one window, and a longer one in windows of
     that length, each shortened where the memory budget (check_window_memory's) holds less,
     down to the shortest window allowed; a window that does not fit then is refused as
-    check_window_memory refuses it."""
+    check_window_memory refuses it. The budget is read once, for both."""
+    room = _host_memory_budget()
     if chunk_seconds is None:
         longest = min(frames, round(MAX_WINDOW_SECONDS * sample_rate))
         shortest = min(frames, round(CHUNK_SECONDS_RANGE[0] * sample_rate))
-        room = _host_memory_budget()
         if room is not None and window_bytes(cfg, longest, sample_rate) > room:
             longest = _longest_fitting(cfg, sample_rate, shortest, longest, room)
         geometry = (Geometry(frames, 0) if longest == frames
                     else Geometry(longest, int(overlap * longest)))
     else:
         geometry = Geometry.from_seconds(chunk_seconds, overlap, sample_rate)
-    check_window_memory(cfg, min(geometry.chunk, frames), sample_rate, name)
+    _refuse_window(cfg, min(geometry.chunk, frames), sample_rate, name, room)
     return geometry
 
 
