@@ -143,7 +143,9 @@ class Reporter:
         self.rate_key: str | None = None  # set once the model is loaded
         self.rate: float | None = None    # seconds per million samples, measured here before
         self.estimated = False            # the run's one estimate was given (or not needed)
-        self.planned: list[FilePlan] = []
+        self.planned_files = 0            # the files the run will enhance (plan_batch),
+        self.planned_seconds = 0.0        # their seconds of audio
+        self.planned_samples = 0          # and their samples (_samples)
         self.audio_done = 0.0             # seconds of audio of the files enhanced so far
         self.samples_done = 0             # and their samples (_samples)
         self.working = 0.0                # wall seconds those files took
@@ -153,17 +155,20 @@ class Reporter:
             self.display.print(message)
 
     def plan_batch(self, plans: list[FilePlan]) -> None:
-        """The files the run will enhance, once every one is planned: the batch bar's total."""
-        self.planned = plans
-        self.display.batch_seconds(sum(plan.info.seconds for plan in plans))
+        """The files the run will enhance, once every one is planned: the batch bar's total,
+        and the totals the estimates and progress lines take."""
+        self.planned_files = len(plans)
+        self.planned_seconds = sum(plan.info.seconds for plan in plans)
+        self.planned_samples = sum(_samples(plan) for plan in plans)
+        self.display.batch_seconds(self.planned_seconds)
 
     def model_ready(self, rate_key: str) -> None:
         """The model is loaded: a batch's estimate, where this machine has timed it before."""
         self.rate_key, self.rate = rate_key, speed.stored_rate(rate_key)
         if self.batch and self.rate is not None:
-            self._estimate(sum(_samples(plan) for plan in self.planned) * self.rate / 1e6,
-                           f"for this batch's {len(self.planned)} files "
-                           f"({sum(plan.info.seconds for plan in self.planned):.1f} s of audio)",
+            self._estimate(self.planned_samples * self.rate / 1e6,
+                           f"for this batch's {self.planned_files} files "
+                           f"({self.planned_seconds:.1f} s of audio)",
                            "measured here by earlier runs")
 
     def _estimate(self, seconds: float, what: str, source: str) -> None:
@@ -190,7 +195,7 @@ class Reporter:
             per_sample = (now - started) / max(frames * plan.info.channels, 1)
             left = per_sample * (samples - frames * plan.info.channels)
             if not self.estimated and self.batch:  # the rest of the batch, this file's included
-                batch_left = sum(_samples(each) for each in self.planned) - self.samples_done
+                batch_left = self.planned_samples - self.samples_done
                 self._estimate(per_sample * (batch_left - frames * plan.info.channels),
                                "left for this batch", "from the speed of its first window")
             elif not self.estimated:
@@ -239,7 +244,7 @@ class Reporter:
             return
         line = (f"[{len(self.results)}/{self.display.total_files}] {result.input}: "
                 f"{result['seconds']:.2f} s of audio in {elapsed:.2f} s")
-        audio_left = sum(plan.info.seconds for plan in self.planned) - self.audio_done
+        audio_left = self.planned_seconds - self.audio_done
         if audio_left > 0 and self.audio_done > 0:
             line += f"; {speed.about(audio_left * self.working / self.audio_done)} left"
         self.display.print(line)
