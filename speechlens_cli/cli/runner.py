@@ -124,15 +124,21 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
     """Each job's plan, the error that refuses it, or its result already (an existing output
     kept: options.keeps_existing)."""
     outcomes, outputs = [], set()
+
+    def claim(path) -> None:
+        """`path` is written by this job alone: no other job's output or residual."""
+        resolved = path.resolve()
+        if resolved in outputs:
+            raise OutputError(f"{path}: is also the output of another input")
+        outputs.add(resolved)
+
     for job in jobs:
         if options.keeps_existing and os.path.exists(job.destination) \
                 and not audio_io.same_file(job.source, job.destination):
             outcomes.append(_skipped(job, options))
             continue
         try:
-            if job.destination.resolve() in outputs:
-                raise OutputError(f"{job.destination}: is also the output of another input")
-            outputs.add(job.destination.resolve())
+            claim(job.destination)
             plan = api.plan_file(
                 job.source, job.destination, overwrite=options.overwrite,
                 subtype=options.subtype, container=job.container, name=job.name,
@@ -143,9 +149,7 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
                 plan = api.plan_residual(plan, residual, subtype=options.subtype,
                                          create_folders=batch, inputs=inputs,
                                          bit_rate=options.bit_rate)
-                if residual.resolve() in outputs:
-                    raise OutputError(f"{residual}: is also the output of another input")
-                outputs.add(residual.resolve())
+                claim(residual)
             outcomes.append(plan)
         except SpeechlensError as error:
             outcomes.append(error)
