@@ -20,6 +20,7 @@ from .formats import (
 )
 from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_finite
 from .outputs import (
+    SEPARATORS,
     atomic_output,
     check_name_part,
     check_no_links,
@@ -37,7 +38,8 @@ from .tree import Skipped, TreeScan, scan_tree
 from .writers import check_copies_fit, open_sink
 
 __all__ = [
-    "MAX_CHANNELS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped", "TreeScan",
+    "MAX_CHANNELS", "SEPARATORS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped",
+    "TreeScan",
     "atomic_output", "check_channels", "check_copies_fit", "check_finite", "check_name_part",
     "check_no_links", "check_piped", "check_subtype_name", "check_writable", "container_subtypes",
     "copy_to_stream", "detach_stdout", "format_for_suffix", "identities", "make_folders",

@@ -67,13 +67,16 @@ def name_problem(path: str | os.PathLike) -> str | None:
     return None
 
 
+#: The characters that separate folders in a name here ("/", and Windows' "\\").
+SEPARATORS = "".join(sorted({"/", os.sep, os.altsep or ""}))
+
+
 def check_name_part(text: str, what: str) -> None:
     """`text` (--suffix, a report's --name) becomes part of one file's name: no folder
     separator (it would lead elsewhere), no NUL, not empty."""
-    separators = "".join(sorted({"/", os.sep, os.altsep or ""}))
-    if not text or "\0" in text or any(c in text for c in separators):
+    if not text or "\0" in text or any(c in text for c in SEPARATORS):
         raise UsageError(f"{what}: {text!r} must be part of a file name: not empty, no "
-                         f"{' or '.join(repr(c) for c in separators)}, no NUL")
+                         f"{' or '.join(repr(c) for c in SEPARATORS)}, no NUL")
 
 
 def _limit(folder: Path, name: str, default: int) -> int:

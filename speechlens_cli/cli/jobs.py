@@ -112,8 +112,7 @@ def beside_inputs(paths: tuple[str, ...], suffix: str) -> tuple[list[Job], list]
 def residual_is_path(value: str) -> bool:
     """--residual VALUE names a file (a folder in it, or an audio suffix: noise.wav), else it is
     a SUFFIX added to each output's name (_removed: out_removed.wav)."""
-    separators = {"/", os.sep, os.altsep} - {None}
-    return any(c in value for c in separators) or \
+    return any(c in value for c in audio_io.SEPARATORS) or \
         audio_io.format_for_suffix(Path(value).suffix.lower()) is not None
 
 
