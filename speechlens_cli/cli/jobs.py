@@ -146,6 +146,13 @@ def check_name(name: str) -> None:
         raise UsageError(f"{name}: {problem}")
 
 
+def check_names(*names: str | None) -> None:
+    """check_name for each name given on the command line ('-' is a stream; None: not given)."""
+    for name in names:
+        if name is not None and name != "-":
+            check_name(name)
+
+
 def standard_stream(which: str, use: str) -> BinaryIO:
     """sys.stdin's or sys.stdout's bytes, for `use`. A process started with that stream closed
     (`<&-`, `>&-`: Python sets it to None) is refused before any work, not after the model ran."""
@@ -189,9 +196,7 @@ def collect_jobs(paths: tuple[str, ...], output_dir: str | None,
                   suffix: str | None = None) -> tuple[list[Job], list[Path], bool]:
     """(jobs, non-audio files, is a batch) for SOURCE DESTINATION, SOURCES... -o DIR or
     SOURCES... --suffix S."""
-    for name in (*paths, *([output_dir] if output_dir is not None else [])):
-        if name != "-":
-            check_name(name)
+    check_names(*paths, output_dir)
     if suffix is not None:
         if output_dir is not None:
             raise UsageError("--suffix writes beside the inputs, -o into a folder: choose one")

@@ -12,7 +12,7 @@ import click
 from .. import audio as audio_io
 from ..errors import BatchFailedError, OutputError, SpeechlensError, UsageError
 from .app import main
-from .jobs import check_name, standard_stream
+from .jobs import check_names, standard_stream
 
 if TYPE_CHECKING:   # imported by the command itself, not by every start of speechlens
     from .. import scoring
@@ -106,9 +106,7 @@ def score(files: tuple[str, ...], reference: str | None, as_json: bool) -> None:
     the same speech."""
     from .. import scoring
 
-    for name in (*files, *([reference] if reference is not None else [])):
-        if name != "-":
-            check_name(name)
+    check_names(*files, reference)
     if reference == "-":
         raise UsageError("--reference: must name a file, not '-'")
     standard_stream("stdout", "--json has nowhere to write; leave it out" if as_json
