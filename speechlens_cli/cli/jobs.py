@@ -103,10 +103,15 @@ def beside_inputs(paths: tuple[str, ...], suffix: str) -> tuple[list[Job], list]
             outputs.append(audio_io.Skipped(path, f"its name ends in {suffix}: an output, "
                                                   "not enhanced again"))
             continue
-        target = path.with_name(path.stem + suffix + path.suffix)
+        target = suffixed(path, suffix)
         check_name(str(target))
         jobs.append(Job(path, target, source, str(target)))
     return jobs, outputs
+
+
+def suffixed(path: Path, suffix: str) -> Path:
+    """NAME{suffix}.EXT beside NAME.EXT: --suffix's outputs, --residual SUFFIX's files."""
+    return path.with_name(path.stem + suffix + path.suffix)
 
 
 def residual_is_path(value: str) -> bool:
@@ -135,7 +140,7 @@ def residual_for(job: Job, value: str) -> Path:
     """Where --residual VALUE puts this job's residual (check_residual has passed)."""
     if residual_is_path(value):
         return Path(value)
-    return job.destination.with_name(job.destination.stem + value + job.destination.suffix)
+    return suffixed(job.destination, value)
 
 
 def check_name(name: str) -> None:
