@@ -272,7 +272,6 @@ def _place(temporary: Path, destination: Path, *, overwrite: bool) -> None:
         return
     try:
         os.link(temporary, destination)
-        return
     except FileExistsError:
         raise OutputExistsError(
             f"{destination}: already exists (created by another process meanwhile; "
@@ -281,6 +280,12 @@ def _place(temporary: Path, destination: Path, *, overwrite: bool) -> None:
     except OSError as error:
         if error.errno not in _NO_HARD_LINKS:
             raise
+    else:
+        # The temporary name goes at once, before the folder is flushed (which then records
+        # both): a process killed after this leaves no stray copy of a finished file.
+        with contextlib.suppress(OSError):  # the caller removes it otherwise
+            os.unlink(temporary)
+        return
     if destination.exists():
         raise OutputExistsError(
             f"{destination}: already exists (use --overwrite to replace it)")
