@@ -930,17 +930,24 @@ def test_a_hangup_under_nohup_is_ignored(tmp_path, tiny_checkpoint):
 # Honest speed (issue 32, build item 3): estimates from measured rates, progress lines in a log,
 # a batch's closing summary.
 
+def _sixteen_seconds_in_5_s_windows(tmp_path, tiny_checkpoint, monkeypatch):
+    """(input, result) of one 16-s file in 5-s windows, with a cache folder of its own (no
+    speed measured here before)."""
+    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
+    src = make_audio(tmp_path / "long.wav", frames=16 * RATE)
+    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
+                    "--chunk-seconds", "5")
+    assert result.exit_code == 0, result.stderr
+    return src, result
+
+
 def test_a_long_file_without_a_terminal_reports_progress_as_lines(tmp_path, tiny_checkpoint,
                                                                    monkeypatch):
     """A SLURM log saw nothing until the end: now a line as each window finishes, at most every
     PROGRESS_INTERVAL_S (0 here), with the time left."""
     from speechlens_cli.cli import reporting
     monkeypatch.setattr(reporting, "PROGRESS_INTERVAL_S", 0.0)
-    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
-    src = make_audio(tmp_path / "long.wav", frames=16 * RATE)
-    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
-                    "--chunk-seconds", "5")
-    assert result.exit_code == 0, result.stderr
+    src, result = _sixteen_seconds_in_5_s_windows(tmp_path, tiny_checkpoint, monkeypatch)
     lines = [line for line in result.stderr.splitlines()   # "about 9 s", "under a second"
              if " s of audio, " in line and line.endswith(" left")]
     assert len(lines) >= 2, result.stderr  # 16 s in 5-s windows: four windows, three before the end
@@ -953,11 +960,7 @@ def test_the_first_window_gives_the_estimate_when_nothing_was_measured_here(
         tmp_path, tiny_checkpoint, monkeypatch):
     from speechlens_cli.cli import reporting
     monkeypatch.setattr(reporting, "ESTIMATE_NOTE_S", 0.0)
-    monkeypatch.setenv("SPEECHLENS_CACHE_DIR", str(tmp_path / "cache"))
-    src = make_audio(tmp_path / "long.wav", frames=16 * RATE)
-    result = invoke("enhance", src, tmp_path / "out.wav", "--model", tiny_checkpoint,
-                    "--chunk-seconds", "5")
-    assert result.exit_code == 0, result.stderr
+    _, result = _sixteen_seconds_in_5_s_windows(tmp_path, tiny_checkpoint, monkeypatch)
     notes = [line for line in result.stderr.splitlines()   # "about 9 s", "under a second"
              if line.startswith("note: ") and " on this machine (" in line]
     assert len(notes) == 1, result.stderr
