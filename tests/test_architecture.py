@@ -20,7 +20,7 @@ LAYERS = {
     "errors": 0, "blas": 0, "heap": 0, "kernels": 0, "results": 0,
     "model": 1, "hub": 1,
     "checkpoint": 2, "audio": 2, "synthetic": 2,
-    "pipeline": 3, "api": 3, "scoring": 3,
+    "pipeline": 3, "api": 3, "scoring": 3, "report": 3,
     "cli": 4, "bench": 4, "kernel_bench": 4, "distributed": 4, "__main__": 4, "__init__": 4,
 }
 
@@ -36,7 +36,7 @@ SUBLAYERS = {
     "model": {"config": 0, "stft": 0, "scheduling": 0, "layers": 1, "mamba": 2,
               "long_windows": 2, "codec": 2, "semamba": 3, "layout": 4, "__init__": 5},
     "cli": {"app": 0, "license": 0, "interrupts": 0, "speed": 0, "jobs": 1, "reporting": 1,
-            "runner": 2, "demo": 3, "models": 3, "doctor": 3, "enhance": 3, "formats": 3,
+            "before_after": 1, "runner": 2, "demo": 3, "models": 3, "doctor": 3, "enhance": 3, "formats": 3,
             "score": 3, "__init__": 4},
     "scoring": {"extra": 0, "speech": 1, "dnsmos": 2, "reference_metrics": 2, "__init__": 3},
     "distributed": {"plan": 0, "collectives": 0, "leaving": 1, "share": 2, "launcher": 3,

@@ -12,6 +12,7 @@ from ..errors import OutputError, OutputExistsError, SpeechlensError
 from ..pipeline import MAX_WINDOW_SECONDS
 from ..results import FileResult, Status
 from . import interrupts, speed
+from .before_after import ScoreRequest
 from .jobs import Job, residual_for
 from .reporting import Reporter
 
@@ -36,6 +37,7 @@ class EnhanceOptions:
     report_existing: bool = False
     bit_rate: int | None = None  # a lossy output's, bits per second (--bitrate)
     residual: str | None = None   # --residual PATH|SUFFIX (jobs.residual_for)
+    scores: ScoreRequest | None = None  # --score, --report (before_after.requested)
 
     @property
     def keeps_existing(self) -> bool:
@@ -110,12 +112,15 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
                                   chunk_seconds=options.chunk_seconds, overlap=options.overlap,
                                   progress=interrupts.checked(reporter.file_progress(plan)),
                                   atten_lim_db=options.atten_lim_db)
+            finished = FileResult(job.name, job.shown_output, result.status, result.fields)
+            if options.scores is not None:
+                finished = options.scores.scored(finished, job)
         except SpeechlensError as error:
             fail(job, error)
             continue
         if job.to_stdout:
             audio_io.copy_to_stream(job.destination, sys.stdout.buffer)
-        reporter.record(FileResult(job.name, job.shown_output, result.status, result.fields))
+        reporter.record(finished)
     return errors
 
 
