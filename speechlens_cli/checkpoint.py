@@ -1,7 +1,8 @@
 """Find, download, validate and load RE-USE checkpoints (official PyTorch layout, no torch).
 
-Validation reads only the safetensors header and config.json, so a wrong or damaged file is
-rejected with a typed error before any tensor is allocated or any model is built.
+Validation reads only the safetensors header and config.json (and builds the model, whose
+parameters are not allocated until loaded), so a wrong or damaged file is rejected with a typed
+error before any tensor is read or allocated.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from .errors import (
 )
 from .hub import file_sha256
 from .model.config import ModelConfig
-from .model.layout import expected_shapes, to_mlx_layout
+from .model.layout import expected_shapes, shapes_of, to_mlx_layout
 from .model.semamba import SEMamba
 
 DEFAULT_REPO = "nvidia/RE-USE"
@@ -329,10 +330,11 @@ def _canonical_name(name: str) -> str:
     return name
 
 
-def check_layout(entries: dict[str, TensorEntry], cfg: ModelConfig, source: str) -> None:
-    """Exact key set, every shape, float32: the architecture the model and kernels require."""
+def check_layout(entries: dict[str, TensorEntry], expected: dict[str, tuple[int, ...]],
+                 source: str) -> None:
+    """Exact key set, every shape (`expected`: layout.expected_shapes), float32: the
+    architecture the model and kernels require."""
     found = {_canonical_name(k): v for k, v in entries.items()}
-    expected = expected_shapes(cfg)
     missing = [k for k in expected if k not in found]
     extra = sorted(k for k in found if k not in expected)
     if missing:
@@ -400,8 +402,8 @@ def unreadable(path: Path, error: OSError) -> CheckpointFormatError:
     return CheckpointFormatError(f"{path}: cannot be read ({error.strerror or error})")
 
 
-def _check_size(cfg: ModelConfig, source: str) -> None:
-    parameters = sum(math.prod(shape) for shape in expected_shapes(cfg).values())
+def _check_size(shapes: dict[str, tuple[int, ...]], source: str) -> None:
+    parameters = sum(math.prod(shape) for shape in shapes.values())
     if parameters > MAX_PARAMETERS:
         raise IncompatibleModelError(
             f"{source}: config.json describes {parameters:,} parameters; speechlens loads at most "
@@ -422,12 +424,15 @@ class _Validated:
     entries: dict[str, TensorEntry]
     data_start: int
     sha256: str | None  # only where a pinned file was checksummed
+    model: SEMamba | None  # the model the layout was read off, where asked for (build)
 
 
-def _validate(files: CheckpointFiles) -> _Validated:
+def _validate(files: CheckpointFiles, *, build: bool = False) -> _Validated:
     """Checksum (a pinned file only), config, size, header and layout: what both `inspect` and
     `load_model` need, done once. A pinned file is checksummed first: a download cut short then
-    reads as what it is (with the fix), not as a truncated or malformed safetensors file."""
+    reads as what it is (with the fix), not as a truncated or malformed safetensors file.
+    With `build`, the layout is read off a new model, kept for the weights: building one takes
+    tens of milliseconds, and `load_model` would otherwise build two."""
     digest = file_sha256(files.weights) if files.expected_sha256 else None
     if digest is not None and digest != files.expected_sha256:
         raise ChecksumMismatchError(
@@ -436,10 +441,12 @@ def _validate(files: CheckpointFiles) -> _Validated:
             "`speechlens models pull`"
         )
     cfg = _read_config(files)
-    _check_size(cfg, files.source)
+    model = SEMamba(cfg) if build else None
+    shapes = expected_shapes(cfg) if model is None else shapes_of(model)
+    _check_size(shapes, files.source)
     entries, data_start = read_header(files.weights)
-    check_layout(entries, cfg, files.source)
-    return _Validated(cfg, entries, data_start, digest)
+    check_layout(entries, shapes, files.source)
+    return _Validated(cfg, entries, data_start, digest, model)
 
 
 # --------------------------------------------------------------------------- loading
@@ -472,15 +479,16 @@ def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) 
     is `inspect`'s, without an unpinned file's sha256, which only reports need."""
     files = resolve(spec, download=download)
     try:
-        checked = _validate(files)
+        checked = _validate(files, build=True)
         weights = sanitize(_read_tensors(files.weights, checked.entries, checked.data_start))
     except OSError as error:
         raise unreadable(files.weights, error) from None
     for name, value in weights.items():
         if not np.isfinite(value).all():
             raise IncompatibleModelError(f"{files.source}: tensor {name} has NaN or Inf values")
-    model = SEMamba(checked.config)
-    model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=True)
+    model = checked.model
+    # not strict: check_layout matched the names and shapes to this very model's parameters
+    model.load_weights([(k, mx.array(v)) for k, v in weights.items()], strict=False)
     model.eval()
     mx.eval(model.parameters())
     model.prepare()

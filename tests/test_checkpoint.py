@@ -19,6 +19,7 @@ from speechlens_cli.errors import (
     IncompatibleModelError,
     ModelNotFoundError,
 )
+from speechlens_cli.model import layout
 from speechlens_cli.model.semamba import SEMamba
 from speechlens_cli.synthetic.checkpoints import FULL_CONFIG, TINY_CONFIG, make_weights
 
@@ -70,9 +71,12 @@ def tiny_weights():
 
 
 def _expect_rejected(path, error_type, fragment):
-    with pytest.raises(error_type) as caught:
-        checkpoint.inspect(path)
-    assert fragment in str(caught.value)
+    """Refused alike by `inspect`, `models verify` and `load_model` (which loads into the
+    model it checked the layout against, without MLX's own second check)."""
+    for check in (checkpoint.inspect, checkpoint.load_model):
+        with pytest.raises(error_type) as caught:
+            check(path)
+        assert fragment in str(caught.value)
     code, output = _verify(path)
     assert code != 0
     lines = [line for line in output.splitlines() if line.strip()]
@@ -136,6 +140,17 @@ def test_verify_rejects_absurd_config(tmp_path, tiny_weights):
     config["model_cfg"]["num_tfmamba"] = 10**9
     _write(tmp_path, tiny_weights, config)
     _expect_rejected(tmp_path, IncompatibleModelError, "num_tfmamba=1000000000")
+
+
+def test_a_load_builds_one_model(tiny_checkpoint, monkeypatch):
+    """The layout is read off the model the weights go into: building RE-USE's (540 Linear
+    layers) takes tens of milliseconds of every start, and was done twice."""
+    layout._expected_shapes.cache_clear()   # shapes cached by an earlier test built none
+    built = []
+    build = SEMamba.__init__
+    monkeypatch.setattr(SEMamba, "__init__", lambda model, cfg: built.append(build(model, cfg)))
+    checkpoint.load_model(tiny_checkpoint)
+    assert len(built) == 1
 
 
 def test_nan_weights_are_rejected_at_load(tmp_path, tiny_weights):

@@ -41,9 +41,14 @@ def expected_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
     return dict(_expected_shapes(cfg))
 
 
+def shapes_of(model: SEMamba) -> dict[str, tuple[int, ...]]:
+    """expected_shapes read off a model already built (loading builds one anyway)."""
+    return {name: _torch_shape(tuple(value.shape))
+            for name, value in tree_flatten(model.parameters())}
+
+
 @functools.lru_cache(maxsize=4)
 def _expected_shapes(cfg: ModelConfig) -> tuple[tuple[str, tuple[int, ...]], ...]:
-    # Building a model to read its shapes takes tens of milliseconds; loading a checkpoint
-    # needs them twice (its size, then its layout), and `speechlens enhance` waits for it.
-    return tuple((name, _torch_shape(tuple(value.shape)))
-                 for name, value in tree_flatten(SEMamba(cfg).parameters()))
+    # Building a model to read its shapes takes tens of milliseconds; `models verify` and a
+    # dry run need the shapes alone, and may need them more than once.
+    return tuple(shapes_of(SEMamba(cfg)).items())

@@ -59,8 +59,9 @@ class BiMambaWeights:
     merge_bias: mx.array  # [d]
 
 
-def _float64(a: mx.array) -> np.ndarray:
-    return np.asarray(a, dtype=np.float64)
+def _host(a: mx.array | np.ndarray) -> np.ndarray:
+    """`a` as a NumPy array over its own memory (no copy)."""
+    return np.asarray(a)
 
 
 def project_in(x: mx.array, weights: BiMambaWeights) -> tuple[mx.array, mx.array]:
@@ -132,32 +133,36 @@ class BiMamba(nn.Module):
             return cached
         f, b = self.forward_blocks, self.backward_blocks
         d, inner = self.output_proj.weight.shape[0], f.D.shape[0]
-        halves = _float64(self.output_proj.weight).T  # [2d, d]: rows [0, d) take forward + x
-        # einsum rather than @: NumPy's matmul goes to its own multi-threaded OpenBLAS, whose
-        # worker then spins for a while and takes a core from the kernels running next
-        merge_y = np.concatenate([np.einsum("ji,jk->ik", _float64(m.out_proj.weight),
+        # Derived in NumPy from the parameters' memory, each result handed to MLX as one array,
+        # not as ~10 small MLX operations per BiMamba (RE-USE has 60) for the device to run at
+        # load time. Only copies and float64 sums: the values are bit for bit the same.
+        halves = _host(self.output_proj.weight).astype(np.float64).T  # [2d, d]: rows [0, d)
+        # take forward + x. einsum rather than @: NumPy's matmul goes to its own multi-threaded
+        # OpenBLAS, whose worker then spins for a while and takes a core from the kernels
+        merge_y = np.concatenate([np.einsum("ji,jk->ik",
+                                            _host(m.out_proj.weight).astype(np.float64),
                                             halves[k * d:(k + 1) * d])
                                   for k, m in enumerate((f, b))], axis=0)
 
-        def stacked(get) -> mx.array:
-            return mx.stack([get(f), get(b)])  # a new, row-contiguous array
+        def stacked(get) -> mx.array:  # both directions' arrays as one new [2, ...] array
+            return mx.array(np.stack([_host(get(m)) for m in (f, b)]))
 
         def columns(rows: slice) -> mx.array:  # both directions' in_proj rows, as [d, 2D]
-            return mx.contiguous(mx.concatenate([m.in_proj.weight[rows] for m in (f, b)]).T)
+            return mx.array(np.concatenate([_host(m.in_proj.weight)[rows] for m in (f, b)]).T)
 
         weights = BiMambaWeights(
             sources=sources,
             in_x=columns(slice(None, inner)), in_z=columns(slice(inner, None)),
             conv_weight=stacked(lambda m: m.conv1d.weight),
             conv_bias=stacked(lambda m: m.conv1d.bias),
-            x_proj=stacked(lambda m: m.x_proj.weight.T),
+            x_proj=stacked(lambda m: _host(m.x_proj.weight).T),
             A_log=stacked(lambda m: m.A_log), D=stacked(lambda m: m.D),
             dt_weight=stacked(lambda m: m.dt_proj.weight),
             dt_bias=stacked(lambda m: m.dt_proj.bias),
             merge_y=mx.array(merge_y.astype(np.float32)),
             merge_x=mx.array((halves[:d] + halves[d:]).astype(np.float32)),
             merge_bias=self.output_proj.bias)
-        self._weights = weights  # evaluated by SEMamba.prepare, else with the first window
+        self._weights = weights
         return weights
 
 

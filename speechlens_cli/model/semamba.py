@@ -43,10 +43,11 @@ class SEMamba(nn.Module):
         return magnitude, phase
 
     def prepare(self) -> None:
-        """Derive and evaluate every BiMamba's two-direction weights now (after loading a
-        checkpoint), so that a process's first window does not build and run them."""
-        mx.eval([vars(block.weights()) for tf in self.TSMamba
-                 for block in (tf.time_mamba, tf.freq_mamba)])
+        """Derive every BiMamba's two-direction weights now (after loading a checkpoint), so
+        that a process's first window does not."""
+        for tf in self.TSMamba:
+            tf.time_mamba.weights()
+            tf.freq_mamba.weights()
 
     def enhance(self, audio: mx.array, sample_rate: int, strict: bool = False) -> mx.array:
         """Waveforms [B, N] at `sample_rate` -> enhanced waveforms [B, N] (lazy)."""
