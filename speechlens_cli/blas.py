@@ -18,6 +18,7 @@ SPEECHLENS_BLAS=off keeps MLX's own BLAS; SPEECHLENS_BLAS=/path/to/lib.so picks 
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import sys
 from pathlib import Path
@@ -76,15 +77,31 @@ def preload() -> str | None:
 
 
 def _scipy_openblas() -> tuple[str, ctypes.CDLL] | None:
-    try:
-        import scipy_openblas32
-    except ImportError:
+    """scipy-openblas32's library and its version (the one OpenBLAS reports: the package's, as
+    scipy-openblas builds it)."""
+    path = scipy_openblas_path()
+    if path is None:
         return None
-    path = Path(scipy_openblas32.get_lib_dir()) / f"lib{scipy_openblas32.get_library()}.so"
     try:
-        return f"scipy-openblas32 {scipy_openblas32.__version__}", ctypes.CDLL(str(path))
-    except OSError:
+        library = ctypes.CDLL(str(path))
+        config = library.scipy_openblas_get_config
+    except (OSError, AttributeError):
         return None
+    config.restype = ctypes.c_char_p
+    words = (config() or b"").decode(errors="replace").split()   # "OpenBLAS 0.3.34.481.3 ..."
+    return f"scipy-openblas32 {words[1] if len(words) > 1 else '(version unknown)'}", library
+
+
+def scipy_openblas_path() -> Path | None:
+    """Where scipy-openblas32 keeps its library, found without importing the package: its
+    __init__ reads its version through importlib.metadata, whose imports (~30 modules: email,
+    zipfile, ...) nothing else in a run needs. It is where the package's get_lib_dir() and
+    get_library() name it (tests/test_blas.py checks that)."""
+    spec = importlib.util.find_spec("scipy_openblas32")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    found = sorted(Path(spec.submodule_search_locations[0], "lib").glob("libscipy_openblas*.so"))
+    return found[0] if found else None
 
 
 def _bind(name: str, library: ctypes.CDLL) -> str | None:

@@ -13,7 +13,6 @@ SPEECHLENS_HEAP=default leaves glibc's settings alone.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
 
@@ -40,9 +39,8 @@ def keep_large_buffers() -> str:
 
 
 def _mallopt() -> str:
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        mallopt = libc.mallopt
+    try:  # the C library this process runs on: no search for one (ldconfig, in a subprocess)
+        mallopt = ctypes.CDLL(None).mallopt
     except (OSError, AttributeError):
         return "system allocator (no glibc mallopt)"
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

@@ -94,3 +94,20 @@ def test_a_disabled_blas_is_reported(tmp_path):
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
                           check=False)
     assert done.stdout.strip() == f"disabled by {blas.BLAS_ENV} None None", done.stderr
+
+
+@needs_linux
+def test_scipy_openblas_is_the_library_and_version_its_package_names():
+    """blas finds scipy-openblas32's library without importing the package (whose __init__
+    imports importlib.metadata, ~30 modules a run needs nowhere else): the file is the one the
+    package's own functions name, and the version in blas.status the package's."""
+    package = pytest.importorskip("scipy_openblas32")
+    named = os.path.join(package.get_lib_dir(), f"lib{package.get_library()}.so")
+    assert os.path.samefile(blas.scipy_openblas_path(), named)
+    done = subprocess.run([sys.executable, "-c", "import sys; from speechlens_cli import blas; "
+                           "print(blas.status); print('scipy_openblas32' in sys.modules)"],
+                          capture_output=True, text=True, cwd=REPO, timeout=120, check=True,
+                          env={k: v for k, v in os.environ.items() if k != blas.BLAS_ENV})
+    status, imported = done.stdout.splitlines()
+    assert status.startswith(f"using scipy-openblas32 {package.__version__}, "), status
+    assert imported == "False"
