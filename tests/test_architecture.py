@@ -36,9 +36,10 @@ SUBLAYERS = {
     "model": {"config": 0, "stft": 0, "scheduling": 0, "layers": 1, "mamba": 2,
               "long_windows": 2, "codec": 2, "semamba": 3, "layout": 4, "__init__": 5},
     "cli": {"app": 0, "license": 0, "interrupts": 0, "speed": 0, "jobs": 1, "reporting": 1,
-            "before_after": 1, "runner": 2, "demo": 3, "models": 3, "doctor": 3, "enhance": 3, "formats": 3,
-            "score": 3, "__init__": 4},
+            "before_after": 1, "runner": 2, "demo": 3, "models": 3, "doctor": 3, "enhance": 3,
+            "formats": 3, "score": 3, "__init__": 4},
     "scoring": {"extra": 0, "speech": 1, "dnsmos": 2, "reference_metrics": 2, "__init__": 3},
+    "report": {"scores": 0, "excerpt": 0, "pictures": 1, "page": 1, "pages": 2, "__init__": 3},
     "distributed": {"plan": 0, "collectives": 0, "leaving": 1, "share": 2, "launcher": 3,
                     "__init__": 4},
 }

@@ -22,7 +22,7 @@ from ..pipeline import (
     check_settings,
 )
 from ..results import Status
-from . import interrupts
+from . import before_after, interrupts
 from .app import main
 from .jobs import (
     check_residual,
@@ -124,6 +124,13 @@ line on stderr; no partial output is left.
               help="Also write what was removed (the input minus the output, sample for sample), "
                    "as the output is written: to PATH (one input), or beside each output as "
                    "NAME{SUFFIX}.EXT.")
+@click.option("--report", default=None, metavar="PATH", show_default=False,
+              help="Also write an HTML report, self-contained (players, spectrograms, scores "
+                   "before and after): PATH.html for one input, a folder for a batch (a page per "
+                   "file and index.html, worst first). Needs the `report` extra.")
+@click.option("--score", is_flag=True,
+              help="Score each file before and after (DNSMOS) without a report: a line per "
+                   "file, and in each --json object. Needs the `report` extra.")
 @click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
               help="Where MLX runs (auto: the GPU when this MLX build has one).")
 @click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
@@ -158,7 +165,7 @@ line on stderr; no partial output is left.
 def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | None,
             model: str | None, strict_mode: bool,
             chunk_seconds: float, overlap: float, atten_lim_db: float | None,
-            residual: str | None, device: str,
+            residual: str | None, report: str | None, score: bool, device: str,
             overwrite: bool, fail_existing: bool,
             skip_existing: bool, subtype: str | None, output_suffix: str | None,
             bit_rate: int | None,
@@ -204,13 +211,15 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             check_residual(residual, jobs, batch=batch)
         if batch:
             check_shared_destination(jobs, skip_existing=skip_existing or report_existing)
+        scores = before_after.requested(report, score, jobs, batch=batch, overwrite=overwrite,
+                                        inputs=inputs, shared=share.in_group)
         if jobs and not dry_run:  # the license before anything could start a download
             confirm_license(model, accept_license, may_ask="-" not in paths)
 
         options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
                                  overwrite, skip_existing, subtype, dry_run, track,
                                  atten_lim_db, report_existing, bit_rate=bit_rate,
-                                 residual=residual)
+                                 residual=residual, scores=scores)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan
@@ -221,9 +230,13 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
             if name_suffix is not None and others:   # the only ones --suffix leaves alone
                 reporter.note(f"note: {len(others)} of the inputs already end in {name_suffix} "
                               "(outputs of an earlier run): left alone")
+            if scores is not None and dry_run:
+                reporter.note(scores.plan_note())
             errors = run_jobs(jobs, reporter, options, batch=batch, inputs=inputs)
             for path in others:
                 reporter.record(left_alone(path))
+            if scores is not None and not dry_run:
+                scores.finish(reporter.results)
             return errors
 
         if share.in_group:  # never returns: rank 0 reports for all, every rank exits

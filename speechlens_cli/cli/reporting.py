@@ -13,6 +13,7 @@ from .. import audio as audio_io
 from ..api import FilePlan
 from ..results import FileResult, Status
 from . import speed
+from .before_after import score_line
 
 _STYLES = {Status.DONE: "green", Status.SKIPPED: "yellow",
            Status.NOT_AUDIO: "dim", Status.PLANNED: "cyan"}
@@ -226,6 +227,9 @@ class Reporter:
                 self.note(f"enhanced {result.input} -> {result.output}: "
                           f"{result['seconds']:.2f} s of audio in "
                           f"{result['elapsed_seconds']:.2f} s")
+            scores = score_line(result)
+            if scores:
+                self.note(scores)
         elif result.status is Status.FAILED and self.batch:  # a single file's is raised
             self.display.print(f"error: {result['error']}")  # errors show under --quiet too
         elif result.status is Status.NOT_AUDIO:

@@ -1,4 +1,4 @@
-"""The `report` extra: the packages scoring needs, imported only when a score is asked for, and
+"""The `report` extra: the packages scoring and reports need, imported only when asked for, and
 one line naming the install command when one of them is missing or broken."""
 
 from __future__ import annotations
@@ -10,13 +10,15 @@ from types import ModuleType
 from ..errors import MissingExtraError
 
 INSTALL = "pip install 'speechlens[report]'"
-#: Import name -> distribution name of every package scoring uses.
+#: Import name -> distribution name of every package scoring and `enhance --report` use.
 PACKAGES = {"onnxruntime": "onnxruntime", "speechmos": "speechmos", "soxr": "soxr",
-            "pesq": "pesq", "pystoi": "pystoi"}
-#: What DNSMOS needs, and what scores against a reference add (pystoi's scipy alone takes longer
-#: to import than DNSMOS takes to score a 5-s file, so it is imported only when asked for).
+            "pesq": "pesq", "pystoi": "pystoi", "matplotlib": "matplotlib"}
+#: What DNSMOS needs, what scores against a reference add (pystoi's scipy alone takes longer
+#: to import than DNSMOS takes to score a 5-s file, so it is imported only when asked for), and
+#: what a report's pictures add.
 DNSMOS = ("onnxruntime", "speechmos", "soxr")
 REFERENCE = ("pesq", "pystoi")
+PICTURES = ("matplotlib",)
 
 
 def load(name: str) -> ModuleType:
