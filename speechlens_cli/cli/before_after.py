@@ -78,10 +78,10 @@ def requested(report: str | None, score: bool, jobs: list[Job], *, batch: bool,
     """--report and --score checked before any work: the extra's packages importable, and the
     report's page or folder one this run can write and no input or output of it (`inputs`:
     audio_io.identities of every input; `shared`: the batch is shared among processes)."""
-    from ..scoring import extra
-
     if report is None and not score:
         return None
+    from ..scoring import extra   # here: a run without them never imports scoring
+
     extra.require(extra.DNSMOS + (extra.PICTURES if report is not None else ()))
     if report is None:
         return ScoreRequest(None, batch)
