@@ -14,9 +14,8 @@ Load the model once and pass it to every call (each call given a path or None lo
 
 from __future__ import annotations
 
-import contextlib
 import os
-import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -26,11 +25,13 @@ import numpy as np
 from . import audio as audio_io
 from . import checkpoint
 from .audio import AudioInfo, OutputFormat
+from .conveyor import Conveyor, Finished, Work
 from .errors import (
     AudioInputError,
     EnhancementError,
     OutputError,
     OutputExistsError,
+    SpeechlensError,
     UsageError,
 )
 from .model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, SUPPORTED_SAMPLE_RATES, ModelConfig
@@ -46,7 +47,6 @@ from .pipeline import (
     check_atten_lim,
     check_settings,
     check_window_memory,
-    enhance_stream,
     mix_original,
     original_share,
     plan_windows,
@@ -352,6 +352,53 @@ def untrained_rate_note(plan: FilePlan) -> str | None:
             f"less clean (resample to {top} Hz for the model's own range)")
 
 
+def run_plans(
+    items: Iterable,
+    model: SEMamba,
+    *,
+    strict: bool = False,
+    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
+    overlap: float = DEFAULT_OVERLAP,
+    atten_lim_db: float | None = None,
+    on_start: Callable[[FilePlan], ProgressFn | None] | None = None,
+    after: Callable[[FilePlan, FileResult], FileResult] | None = None,
+) -> Conveyor:
+    """Every FilePlan among `items` through `model`, reading the next files and writing the
+    finished ones beside the model (conveyor.Conveyor, to use in a `with` block); anything else
+    passes through. Iterating gives one outcome per item, in order: a FilePlan's FileResult or
+    the SpeechlensError that failed it alone, any other item as it is. `on_start(plan)`, as a
+    file's first window reaches the model, may return its progress callback; `after(plan,
+    result)`, once the file is published, gives the result reported, on the writer's thread
+    beside the model (scores; its SpeechlensError fails the file, whose output stays)."""
+    works = []
+    for item in items:
+        if isinstance(item, FilePlan):
+            try:
+                geometry = check_plan(item, model.config, chunk_seconds=chunk_seconds,
+                                      overlap=overlap)
+            except SpeechlensError as error:
+                item = error
+            else:
+                item = Work(item, geometry, window_enhancer(model, item.info.sample_rate,
+                                                            strict, item.name), atten_lim_db)
+        works.append(item)
+    def finish(work: Work, finished: Finished) -> FileResult:
+        result = _done(work, finished)
+        return result if after is None else after(work.plan, result)
+
+    return Conveyor(works, on_start=on_start and (lambda work: on_start(work.plan)),
+                    finish=finish)
+
+
+def _done(work: Work, finished: Finished) -> FileResult:
+    plan, stream = work.plan, finished.stream
+    return FileResult(plan.name, str(plan.destination), Status.DONE, {
+        **plan.facts(), "frames": stream.frames, "windows": stream.windows,
+        "clamped": stream.clamped, "elapsed_seconds": round(finished.elapsed_seconds, 3),
+        **({"residual": str(plan.residual.destination)} if plan.residual else {}),
+    })
+
+
 def run_plan(
     plan: FilePlan,
     model: SEMamba,
@@ -362,30 +409,15 @@ def run_plan(
     progress: ProgressFn | None = None,
     atten_lim_db: float | None = None,
 ) -> FileResult:
-    """Stream one planned file through `model` into a temporary file, then rename it into place;
-    `atten_lim_db` keeps some of the original (pipeline.mix_original)."""
-    rate = plan.info.sample_rate
-    geometry = check_plan(plan, model.config, chunk_seconds=chunk_seconds, overlap=overlap)
-    started = time.perf_counter()
-    audio_io.make_folders(plan.destination.parent, plan.root)
-    with contextlib.ExitStack() as outputs:
-        residual = plan.residual   # in the output's folder or one that exists (plan_residual)
-        if residual is not None:   # published after the output, each whole or not at all
-            residual = replace(residual, destination=outputs.enter_context(
-                audio_io.atomic_output(residual.destination, overwrite=plan.overwrite)))
-        temporary = outputs.enter_context(
-            audio_io.atomic_output(plan.destination, overwrite=plan.overwrite))
-        result = enhance_stream(
-            plan.source, temporary, window_enhancer(model, rate, strict, plan.name),
-            geometry, plan.output, name=plan.name, progress=progress,
-            output_name=str(plan.destination), info=plan.info, atten_lim_db=atten_lim_db,
-            residual=residual,
-        )
-    return FileResult(plan.name, str(plan.destination), Status.DONE, {
-        **plan.facts(), "frames": result.frames, "windows": result.windows,
-        "clamped": result.clamped, "elapsed_seconds": round(time.perf_counter() - started, 3),
-        **({"residual": str(plan.residual.destination)} if plan.residual else {}),
-    })
+    """Stream one planned file through `model` into a temporary file, then rename it into place
+    (run_plans for one file: its next windows read, and its finished ones written, beside the
+    model); `atten_lim_db` keeps some of the original (pipeline.mix_original)."""
+    with run_plans([plan], model, strict=strict, chunk_seconds=chunk_seconds, overlap=overlap,
+                   atten_lim_db=atten_lim_db, on_start=lambda _: progress) as runs:
+        (outcome,) = runs
+    if isinstance(outcome, SpeechlensError):
+        raise outcome
+    return outcome
 
 
 def enhance_file(

@@ -364,6 +364,29 @@ class _WindowReader:
         return self.buffer[start - self.origin:end - self.origin]
 
 
+def read_windows(handle, info: AudioInfo, geometry: Geometry,
+                 name: str) -> Iterator[tuple[int, int, np.ndarray]]:
+    """(start, end, samples) of every window of the open file `handle`, in order. A window is
+    never changed after it is handed out (the reader's buffer is replaced, not written into),
+    so it may be kept while the next ones are read."""
+    reader = _WindowReader(handle, info.frames, name)
+    for start in geometry.starts(info.frames):
+        end = min(start + geometry.chunk, info.frames)
+        yield start, end, reader.window(start, end)
+
+
+def checked_output(window: np.ndarray, enhanced: np.ndarray, start: int, sample_rate: int,
+                   name: str) -> np.ndarray:
+    """`enhanced`, unless the model turned the window into NaN or Inf (finite input far beyond
+    full scale overflows the STFT): that stops the file, never reaching its output."""
+    if not np.isfinite(enhanced).all():
+        raise AudioInputError(
+            f"{name}: the model output NaN or Inf for the window at {start / sample_rate:.2f} s "
+            f"(the input peaks at {float(np.abs(window).max()):.3g} times full scale there)"
+        )
+    return enhanced
+
+
 @dataclass(frozen=True)
 class Residual:
     """Where enhance_stream writes what it removed: a (temporary) file, its format (the output's
@@ -372,6 +395,73 @@ class Residual:
     destination: Path
     output: OutputFormat
     name: str
+
+
+class WindowJoiner:
+    """The writing side of a file's windows: each enhanced window mixed with its input under an
+    attenuation limit, cross-faded with the one before, and every block written once it is
+    final (and the input less it to the residual, sample for sample aligned).
+
+    Where windows overlap, the earlier one fades out (cos^2) as the later one fades in (sin^2),
+    divided by the summed weight; elsewhere each output sample comes from exactly one window.
+    The mix comes before the cross-fade, which is linear, so the limit holds across window
+    boundaries too. Only the cross-fade tail of the previous window is kept."""
+
+    def __init__(self, destination: str | Path, info: AudioInfo, output: OutputFormat,
+                 shown: str, *, residual: Residual | None = None,
+                 atten_lim_db: float | None = None, progress: ProgressFn | None = None):
+        self.frames, self.share, self.progress = info.frames, original_share(atten_lim_db), progress
+        self.sink = open_sink(destination, info, output, shown)
+        self.removed = None
+        if residual is not None:
+            try:
+                self.removed = open_sink(residual.destination, info, residual.output,
+                                         residual.name)
+            except BaseException:
+                self.sink.abandon()
+                raise
+        self.tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade
+        self.windows = 0
+
+    def add(self, start: int, end: int, overlap: int, window: np.ndarray,
+            enhanced: np.ndarray) -> None:
+        """The window [start, end) of the input and the model's output for it; `overlap`, the
+        samples the next window shares with it (none after the last, which ends the file)."""
+        enhanced = mix_original(window, enhanced, self.share)
+        written = self.sink.written
+        if len(self.tail):
+            fade_in, fade_out = crossfade_weights(len(self.tail))
+            head = enhanced[written - start:written - start + len(self.tail)]
+            mixed = (self.tail * fade_out + head * fade_in) / (fade_out + fade_in)
+            self._emit(mixed.astype(np.float32), window, start)
+        final = end if end == self.frames else end - overlap
+        self._emit(enhanced[self.sink.written - start:final - start], window, start)
+        self.tail = enhanced[final - start:]
+        self.windows += 1
+
+    def _emit(self, block: np.ndarray, window: np.ndarray, start: int) -> None:
+        if self.removed is not None:   # the input under this block: inside the current window
+            offset = self.sink.written - start
+            self.removed.write(window[offset:offset + len(block)] - block)
+        self.sink.write(block)
+        if self.progress is not None:
+            self.progress(self.sink.written)
+
+    def close(self) -> StreamResult:
+        """Close the outputs and read each back whole (their failures are OutputErrors)."""
+        self.sink.close()
+        if self.removed is not None:
+            self.removed.close()
+        self.sink.verify()
+        if self.removed is not None:
+            self.removed.verify()
+        return StreamResult(self.sink.written, self.windows, self.sink.clamped)
+
+    def abandon(self) -> None:
+        """Stop writing: what was written is left to the caller's temporary files to remove."""
+        self.sink.abandon()
+        if self.removed is not None:
+            self.removed.abandon()
 
 
 def enhance_stream(
@@ -388,75 +478,27 @@ def enhance_stream(
     atten_lim_db: float | None = None,
     residual: Residual | None = None,
 ) -> StreamResult:
-    """Enhance `source` into `destination` window by window, writing each block once it is final.
+    """Enhance `source` into `destination` window by window on this thread, writing each block
+    once it is final (WindowJoiner). The conveyor runs the same steps with reading and writing
+    on threads of their own.
 
-    `enhance_window` maps float32 [n, channels] to the enhanced [n, channels] (evaluated).
-    Where windows overlap by `geometry.overlap` samples, the earlier one fades out (cos^2) as the
-    later one fades in (sin^2), divided by the summed weight; elsewhere each output sample comes
-    from exactly one window. The last window ends at the end of the file, so every window but
-    that of a file shorter than one window has the full length.
-
-    `output_name` names the output in error messages (`destination` may be a temporary name);
-    `info`, the input's (from planning), spares reading it again. `atten_lim_db` mixes each
-    enhanced window with its input (mix_original) before the cross-fade, which is linear, so
-    the limit holds across window boundaries too. `residual`: also write what was removed, the
-    input minus each final block, sample for sample aligned with it.
-    The closed output is read back before returning; a window the model turns into NaN or Inf
-    (finite input far beyond full scale overflows the STFT) stops the file, never reaching it.
+    `enhance_window` maps float32 [n, channels] to the enhanced [n, channels] (evaluated). The
+    last window ends at the end of the file, so every window but that of a file shorter than
+    one window has the full length. `output_name` names the output in error messages
+    (`destination` may be a temporary name); `info`, the input's (from planning), spares
+    reading it again. `atten_lim_db`: pipeline.mix_original. `residual`: also write what was
+    removed. The closed output is read back before returning.
     """
     name = name or str(source)
-    shown = output_name or str(destination)
-    share = original_share(atten_lim_db)
     with open_reader(source, name, info) as (handle, info), bounded_cache():
-        reader = _WindowReader(handle, info.frames, name)
-        starts = geometry.starts(info.frames)
-        tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade region
-        sink = open_sink(destination, info, output, shown)
-        removed = None
-        if residual is not None:
-            try:
-                removed = open_sink(residual.destination, info, residual.output, residual.name)
-            except BaseException:
-                sink.abandon()
-                raise
-
-        def emit(block: np.ndarray) -> None:
-            if removed is not None:   # the input under this block: inside the current window
-                offset = sink.written - start
-                removed.write(window[offset:offset + len(block)] - block)
-            sink.write(block)
-            if progress is not None:
-                progress(sink.written)
-
+        joiner = WindowJoiner(destination, info, output, output_name or str(destination),
+                              residual=residual, atten_lim_db=atten_lim_db, progress=progress)
         try:
-            for index, start in enumerate(starts):
-                end = min(start + geometry.chunk, info.frames)
-                window = reader.window(start, end)
-                enhanced = enhance_window(window)
-                if not np.isfinite(enhanced).all():
-                    raise AudioInputError(
-                        f"{name}: the model output NaN or Inf for the window at "
-                        f"{start / info.sample_rate:.2f} s (the input peaks at "
-                        f"{float(np.abs(window).max()):.3g} times full scale there)"
-                    )
-                enhanced = mix_original(window, enhanced, share)
-                if len(tail):
-                    fade_in, fade_out = crossfade_weights(len(tail))
-                    head = enhanced[sink.written - start:sink.written - start + len(tail)]
-                    mixed = (tail * fade_out + head * fade_in) / (fade_out + fade_in)
-                    emit(mixed.astype(np.float32))
-                final = end if index == len(starts) - 1 else end - geometry.overlap
-                emit(enhanced[sink.written - start:final - start])
-                tail = enhanced[final - start:]
+            for start, end, window in read_windows(handle, info, geometry, name):
+                enhanced = checked_output(window, enhance_window(window), start,
+                                          info.sample_rate, name)
+                joiner.add(start, end, geometry.overlap, window, enhanced)
         except BaseException:
-            sink.abandon()
-            if removed is not None:
-                removed.abandon()
+            joiner.abandon()
             raise
-        sink.close()
-        if removed is not None:
-            removed.close()
-    sink.verify()
-    if removed is not None:
-        removed.verify()
-    return StreamResult(sink.written, len(starts), sink.clamped)
+    return joiner.close()

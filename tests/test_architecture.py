@@ -20,7 +20,7 @@ LAYERS = {
     "errors": 0, "blas": 0, "heap": 0, "kernels": 0, "results": 0,
     "model": 1, "hub": 1,
     "checkpoint": 2, "audio": 2, "synthetic": 2,
-    "pipeline": 3, "api": 3, "scoring": 3, "report": 3,
+    "pipeline": 3, "conveyor": 3, "api": 3, "scoring": 3, "report": 3,
     "cli": 4, "bench": 4, "kernel_bench": 4, "distributed": 4, "__main__": 4, "__init__": 4,
 }
 

@@ -226,19 +226,25 @@ def test_quiet_batch_still_names_each_failure_once(tmp_path, tree, tiny_checkpoi
 
 def test_batch_time_remaining_follows_audio_seconds_not_files():
     """After a 1 s file of a batch of 1 s + 9 s, a tenth is done, not a half; the estimate of
-    the time left (Rich's TimeRemainingColumn on the batch bar) follows from that."""
+    the time left (Rich's TimeRemainingColumn on the batch bar) follows from that. The next file
+    starts on the model while the last one is written: both bars show until the first is
+    reported, and the batch counts each file's audio once."""
     display = ProgressDisplay(quiet=True, batch=True, total=2)
 
-    def plan(seconds: int) -> api.FilePlan:
-        return api.FilePlan(Path("x.wav"), Path("y.wav"), AudioInfo(seconds * RATE, RATE, 1,
-                            "WAV", "PCM_16"), OutputFormat("WAV", "PCM_16"), False, "x.wav")
+    def plan(seconds: int, name: str) -> api.FilePlan:
+        return api.FilePlan(Path(name), Path("y.wav"), AudioInfo(seconds * RATE, RATE, 1,
+                            "WAV", "PCM_16"), OutputFormat("WAV", "PCM_16"), False, name)
 
     display.batch_seconds(10.0)
     batch = display.progress.tasks[display.files]
-    display.file_progress(plan(1))(RATE)
-    display.file_finished(1)
-    assert (batch.completed, batch.total, batch.fields["shown"]) == (1.0, 10.0, "1/2 files")
-    display.file_progress(plan(9))(RATE * 9 // 2)
+    display.file_progress(plan(1, "a.wav"))(RATE)
+    second = display.file_progress(plan(9, "b.wav"))
+    second(RATE * 3)
+    assert batch.completed == 4.0 and len(display.progress.tasks) == 3
+    display.file_finished(1, "a.wav")
+    assert (batch.completed, batch.total, batch.fields["shown"]) == (4.0, 10.0, "1/2 files")
+    assert [task.description for task in display.progress.tasks] == ["batch", "b.wav"]
+    second(RATE * 9 // 2)
     assert batch.completed == 5.5
 
 

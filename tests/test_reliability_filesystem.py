@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import soundfile as sf
 
-from speechlens_cli import api
+from speechlens_cli import conveyor
 from tests.reliability import (
     CHILD,
     REPO,
@@ -133,19 +133,24 @@ def test_unwritable_single_file_is_one_line(tmp_path, monkeypatch, tiny_checkpoi
 
 # ------------------------------------------------------------------------------ disappearing
 
+def _while_writing(monkeypatch, action) -> None:
+    """`action(n)` just before the n-th enhanced window (from 1) is written: while a file's
+    output is open, as the writer runs beside the model."""
+    real, calls = conveyor.WindowJoiner.add, []
+
+    def add(self, *args):
+        calls.append(None)
+        action(len(calls))
+        return real(self, *args)
+
+    monkeypatch.setattr(conveyor.WindowJoiner, "add", add)
+
+
 def test_output_folder_removed_mid_batch(tmp_path, batch, tiny_checkpoint, monkeypatch):
-    """The whole output tree is deleted while b.wav is being enhanced: b fails in one line
+    """The whole output tree is deleted while b.wav is being written: b fails in one line
     (its temporary file went with the folder), c is written into a recreated folder."""
     out = tmp_path / "out"
-    real, calls = api.enhance_channels, []
-
-    def sabotage(model, audio, rate, strict):
-        calls.append(len(audio))
-        if len(calls) == 2:
-            shutil.rmtree(out)
-        return real(model, audio, rate, strict)
-
-    monkeypatch.setattr(api, "enhance_channels", sabotage)
+    _while_writing(monkeypatch, lambda n: n == 2 and shutil.rmtree(out))
     result = invoke("enhance", batch, out, "--model", tiny_checkpoint, "--json")
     assert result.exit_code == 3, result.output
     records = _records(result)
@@ -161,9 +166,7 @@ def test_output_folder_removed_mid_file(tmp_path, tiny_checkpoint, monkeypatch):
     src = make_audio(tmp_path / "a.wav")
     out = tmp_path / "out"
     out.mkdir()
-    real = api.enhance_channels
-    monkeypatch.setattr(api, "enhance_channels",
-                        lambda *args: shutil.rmtree(out) or real(*args))
+    _while_writing(monkeypatch, lambda n: shutil.rmtree(out))
     result = invoke("enhance", src, out / "a.wav", "--model", tiny_checkpoint)
     assert result.exit_code == 1
     assert "its folder was removed" in one_error_line(result.stderr)
@@ -469,21 +472,14 @@ def test_a_symlinked_folder_in_the_output_tree_is_never_followed(tmp_path, tiny_
 
 def test_a_link_made_in_the_output_tree_after_planning_is_refused(tmp_path, tiny_checkpoint,
                                                                  monkeypatch):
-    """Another process makes out/sub a link to a folder elsewhere while a.wav is enhanced, after
+    """Another process makes out/sub a link to a folder elsewhere while a.wav is written, after
     planning found none: the output folders are made one level at a time and the link is
     refused, never followed (b.wav and c.wav used to be written elsewhere). Each fails in one
     line; exit 3; nothing is written elsewhere."""
     root = _mirrored_tree(tmp_path)
     out, elsewhere = tmp_path / "out", tmp_path / "elsewhere"
     elsewhere.mkdir()
-    real = api.enhance_channels
-
-    def make_link(*args):
-        if not (out / "sub").is_symlink():
-            (out / "sub").symlink_to(elsewhere)
-        return real(*args)
-
-    monkeypatch.setattr(api, "enhance_channels", make_link)
+    _while_writing(monkeypatch, lambda n: n == 1 and (out / "sub").symlink_to(elsewhere))
     result = invoke("enhance", root, out, "--model", tiny_checkpoint, "-q")
     assert result.exit_code == 3, result.output
     assert _error_lines(result) == [_link_line(out / "sub")] * 2 + \

@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from unittest import mock
 
-import mlx.core as mx
 import numpy as np
 import pytest
 import soundfile as sf

@@ -28,8 +28,9 @@ SUMMARY_TABLE_MAX_FILES = 20
 
 class ProgressDisplay:
     """Progress bars on stderr (a terminal only): the batch, in seconds of audio, so its time
-    remaining weighs a long file as such; the current file in seconds of audio. Notes are printed
-    through it so they do not tear the bars."""
+    remaining weighs a long file as such; each file on the model and not yet finished (the next
+    file starts while the last one is written), in seconds of audio. Notes are printed through
+    it so they do not tear the bars."""
 
     def __init__(self, *, quiet: bool, batch: bool, total: int):
         from rich.console import Console
@@ -45,9 +46,9 @@ class ProgressDisplay:
         self.total_files = total
         self.files = self.progress.add_task("batch", total=None, shown=f"0/{total} files") \
             if batch else None
-        self.current = None
+        #: Files started and not finished, by name: [task, seconds, seconds enhanced so far].
+        self.running: dict[str, list[list]] = {}
         self.seconds_done = 0.0    # audio of the batch's finished runs
-        self.current_seconds = 0.0
 
     def print(self, message: str) -> None:
         self.progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
@@ -60,25 +61,32 @@ class ProgressDisplay:
     def file_progress(self, plan: FilePlan):
         """A pipeline progress callback showing this file, and the batch, in audio seconds."""
         rate, seconds = plan.info.sample_rate, plan.info.seconds
-        self.current_seconds = seconds
-        self.current = self.progress.add_task(Path(plan.name).name, total=seconds,
-                                              shown=f"0.0/{seconds:.1f} s")
+        entry = [self.progress.add_task(Path(plan.name).name, total=seconds,
+                                        shown=f"0.0/{seconds:.1f} s"), seconds, 0.0]
+        self.running.setdefault(plan.name, []).append(entry)
 
         def update(frames: int) -> None:
-            self.progress.update(self.current, completed=frames / rate,
-                                 shown=f"{frames / rate:.1f}/{seconds:.1f} s")
-            if self.files is not None:
-                self.progress.update(self.files, completed=self.seconds_done + frames / rate)
+            entry[2] = frames / rate
+            self.progress.update(entry[0], completed=entry[2],
+                                 shown=f"{entry[2]:.1f}/{seconds:.1f} s")
+            self._batch_bar()
         return update
 
-    def file_finished(self, finished: int) -> None:
-        if self.current is not None:
-            self.progress.remove_task(self.current)
-            self.current = None
-            self.seconds_done += self.current_seconds
+    def file_finished(self, finished: int, name: str) -> None:
+        """The `finished`-th result, for the input `name`: its bar (if it had one) goes."""
+        started = self.running.get(name)
+        if started:
+            task, seconds, _ = started.pop(0)
+            self.progress.remove_task(task)
+            self.seconds_done += seconds
+            if not started:
+                del self.running[name]
+        self._batch_bar(shown=f"{finished}/{self.total_files} files")
+
+    def _batch_bar(self, **fields) -> None:
         if self.files is not None:
-            self.progress.update(self.files, completed=self.seconds_done,
-                                 shown=f"{finished}/{self.total_files} files")
+            running = sum(entry[2] for entries in self.running.values() for entry in entries)
+            self.progress.update(self.files, completed=self.seconds_done + running, **fields)
 
 
 def print_summary(console, results: list[FileResult], elapsed: float) -> None:
@@ -210,7 +218,7 @@ class Reporter:
 
     def record(self, result: FileResult) -> None:
         self.results.append(result)
-        self.display.file_finished(len(self.results))
+        self.display.file_finished(len(self.results), result.input)
         if self.as_json and self.json_error is None:
             try:
                 audio_io.write_line(json.dumps(result.as_dict()))

@@ -54,7 +54,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 
     A file that fails is recorded and the next one runs; a model that cannot load stops the run.
     """
-    model, config, errors, notes = None, None, [], set()
+    errors, notes = [], set()
 
     def fail(job: Job, error: SpeechlensError) -> None:
         """Record a failure; an output that appeared meanwhile is a skip where existing outputs
@@ -68,6 +68,78 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 
     outcomes = _plan_jobs(jobs, options, batch=batch, inputs=inputs)
     reporter.plan_batch([o for o in outcomes if isinstance(o, api.FilePlan)])
+
+    def report(job: Job, outcome: api.FilePlan | SpeechlensError | FileResult) -> None:
+        if isinstance(outcome, SpeechlensError):
+            fail(job, outcome)
+            return
+        if outcome.status is Status.DONE:
+            if job.to_stdout:
+                audio_io.copy_to_stream(job.destination, sys.stdout.buffer)
+            outcome = FileResult(job.name, job.shown_output, outcome.status, outcome.fields)
+        reporter.record(outcome)
+
+    if options.dry_run:
+        _dry_run(jobs, outcomes, reporter, options, fail)
+        return errors
+    # What comes before the first file to enhance is reported before the model loads.
+    first = next((i for i, o in enumerate(outcomes) if isinstance(o, api.FilePlan)), len(jobs))
+    for job, outcome in zip(jobs[:first], outcomes[:first], strict=True):
+        interrupts.check()
+        report(job, outcome)
+    if first == len(jobs):
+        return errors
+    model = api.get_model(options.model_spec)
+    windows = (f"windows of {options.chunk_seconds:g} s" if options.chunk_seconds
+               else f"each file whole up to {MAX_WINDOW_SECONDS:g} s")
+    reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on {options.device}; "
+                  f"{windows}, overlap {options.overlap:g}", verbose=True)
+    reporter.model_ready(speed.rate_key(model, options.device, options.strict))
+    jobs_of = {id(plan): job for job, plan in zip(jobs, outcomes, strict=True)}
+
+    def started(plan: api.FilePlan):
+        """A file's first window reaches the model: its notes, then its progress callback."""
+        _notes(plan, reporter, notes)
+        reporter.note(f"{plan.name}: {plan.info.frames} frames, {plan.info.sample_rate} Hz, "
+                      f"{plan.info.channels} ch, {plan.output.format}/{plan.output.subtype}",
+                      verbose=True)
+        return interrupts.checked(reporter.file_progress(plan))
+
+    def scored(plan: api.FilePlan, result: FileResult) -> FileResult:
+        return options.scores.scored(result, jobs_of[id(plan)])
+
+    with api.run_plans(outcomes[first:], model, strict=options.strict,
+                       chunk_seconds=options.chunk_seconds, overlap=options.overlap,
+                       atten_lim_db=options.atten_lim_db, on_start=started,
+                       after=scored if options.scores is not None else None) as runs:
+        rest = iter(jobs[first:])
+        try:
+            for outcome, job in zip(runs, rest, strict=True):
+                report(job, outcome)
+                interrupts.check()
+        except KeyboardInterrupt:   # the files published meanwhile count as done
+            for outcome, job in zip(runs.stop(), rest, strict=False):
+                report(job, outcome)
+            raise
+    return errors
+
+
+def _notes(plan: api.FilePlan, reporter: Reporter, notes: set) -> None:
+    """What the user should know about the file's output (once a run) and its rate (once a
+    rate)."""
+    if plan.output.note and plan.output.note not in notes:
+        notes.add(plan.output.note)
+        reporter.note(f"note: {plan.output.note}")
+    untrained = api.untrained_rate_note(plan)
+    if untrained and plan.info.sample_rate not in notes:
+        notes.add(plan.info.sample_rate)
+        reporter.note(f"note: {untrained}")
+
+
+def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: EnhanceOptions,
+             fail) -> None:
+    """Every check the real run makes before the model, then each file's plan line."""
+    config, notes = None, set()
     for job, plan in zip(jobs, outcomes, strict=True):
         interrupts.check()
         if isinstance(plan, FileResult):
@@ -76,52 +148,18 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         if isinstance(plan, SpeechlensError):
             fail(job, plan)
             continue
-        if plan.output.note and plan.output.note not in notes:  # once a run, not once a file
-            notes.add(plan.output.note)
-            reporter.note(f"note: {plan.output.note}")
-        untrained = api.untrained_rate_note(plan)
-        if untrained and plan.info.sample_rate not in notes:    # once a rate
-            notes.add(plan.info.sample_rate)
-            reporter.note(f"note: {untrained}")
-        if options.dry_run:   # every check the real run makes before the model, then the plan
-            if config is None:
-                config = checkpoint.planning_config(options.model_spec)
-            try:
-                api.check_plan(plan, config, chunk_seconds=options.chunk_seconds,
-                               overlap=options.overlap)
-            except SpeechlensError as error:
-                fail(job, error)
-                continue
-            planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
-            reporter.record(planned)
-            reporter.plan_line(planned)
-            continue
-        if model is None:
-            model = api.get_model(options.model_spec)
-            windows = (f"windows of {options.chunk_seconds:g} s" if options.chunk_seconds
-                       else f"each file whole up to {MAX_WINDOW_SECONDS:g} s")
-            reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on "
-                          f"{options.device}; {windows}, overlap {options.overlap:g}",
-                          verbose=True)
-            reporter.model_ready(speed.rate_key(model, options.device, options.strict))
-        reporter.note(f"{job.name}: {plan.info.frames} frames, {plan.info.sample_rate} Hz, "
-                      f"{plan.info.channels} ch, {plan.output.format}/{plan.output.subtype}",
-                      verbose=True)
+        _notes(plan, reporter, notes)
+        if config is None:
+            config = checkpoint.planning_config(options.model_spec)
         try:
-            result = api.run_plan(plan, model, strict=options.strict,
-                                  chunk_seconds=options.chunk_seconds, overlap=options.overlap,
-                                  progress=interrupts.checked(reporter.file_progress(plan)),
-                                  atten_lim_db=options.atten_lim_db)
-            finished = FileResult(job.name, job.shown_output, result.status, result.fields)
-            if options.scores is not None:
-                finished = options.scores.scored(finished, job)
+            api.check_plan(plan, config, chunk_seconds=options.chunk_seconds,
+                           overlap=options.overlap)
         except SpeechlensError as error:
             fail(job, error)
             continue
-        if job.to_stdout:
-            audio_io.copy_to_stream(job.destination, sys.stdout.buffer)
-        reporter.record(finished)
-    return errors
+        planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
+        reporter.record(planned)
+        reporter.plan_line(planned)
 
 
 def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
