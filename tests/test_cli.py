@@ -34,6 +34,7 @@ from speechlens_cli.errors import UsageError
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, write_checkpoint
 from speechlens_cli.synthetic.speech import noisy_speech
 from tests.reliability import make_audio
+from tests.test_score import needs_extra
 
 RATE = 8000
 COLOR_CODE = re.compile(r"\x1b\[(3\d|9\d)m")  # a foreground colour, not bold or cursor moves
@@ -1053,10 +1054,39 @@ def test_demo_makes_speech_and_a_random_checkpoint_and_enhances_it(tmp_path, tin
         (48000, 16000)
     config = json.loads((folder / "random-checkpoint" / "config.json").read_text())
     assert config == TINY_CONFIG and (folder / "random-checkpoint" / "model.safetensors").is_file()
+    assert sorted(p.name for p in folder.iterdir() if p.name != "report.html") == [
+        "enhanced.wav", "noisy.wav", "random-checkpoint"]  # nothing else (the report: below)
+    lines = result.stdout.splitlines()
+    assert "RANDOM weights" in lines[1]  # said before the run
+    assert "it will not sound cleaner" in lines[3]  # and after
+
+
+@needs_extra
+def test_demo_reports_its_run_and_says_random_weights_drop_the_scores(tmp_path, tiny_demo):
+    folder = tmp_path / "demo"
+    result = invoke("demo", folder)
+    assert result.exit_code == 0, result.output
     assert sorted(p.name for p in folder.iterdir()) == ["enhanced.wav", "noisy.wav",
-                                                         "random-checkpoint"]  # nothing else
-    assert "RANDOM weights" in result.stdout.splitlines()[1]  # said before the run
-    assert "it will not sound cleaner" in result.stdout.splitlines()[-1]  # and after
+                                                         "random-checkpoint", "report.html"]
+    lines = result.stdout.splitlines()
+    assert lines[4].startswith(f"wrote {folder / 'report.html'}: listen to both, see their "
+                               "spectrograms; DNSMOS OVRL ")
+    assert lines[5] == ("A random checkpoint makes the scores DROP: its weights damage the speech "
+                        "instead of cleaning it; NVIDIA's checkpoint (speechlens models pull) is "
+                        "what raises them.")
+    assert (folder / "report.html").read_text().count("<audio controls") == 3
+
+
+@needs_extra
+def test_demo_without_the_report_extra_says_how_to_get_its_report(tmp_path, tiny_demo,
+                                                                   monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)   # as if not installed
+    result = invoke("demo", tmp_path / "demo")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.splitlines()[-1] == (
+        "no report of the run: scoring needs matplotlib, which is not installed: "
+        "pip install 'speechlens[report]'")
+    assert not (tmp_path / "demo" / "report.html").exists()
 
 
 def test_demo_replaces_an_earlier_demo_only_when_asked(tmp_path, tiny_demo):
@@ -1083,14 +1113,16 @@ def test_demo_into_a_file_is_a_usage_error(tmp_path, tiny_demo):
 
 
 def test_make_demo_installs_the_package_without_the_dev_extra(tmp_path):
-    """The dev extra brings 142 MB of NVRTC a CPU-only user's demo never uses."""
+    """The dev extra brings 142 MB of NVRTC a CPU-only user's demo never uses; the report extra
+    makes the demo's report."""
     root = Path(__file__).resolve().parents[1]
     plan = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(root), "demo",
                            f"VENV={tmp_path / 'venv'}"],
                           capture_output=True, text=True, check=True).stdout
     installs = [line for line in plan.splitlines() if "pip install" in line
                 and "--upgrade pip" not in line]
-    assert installs and all(line.endswith("pip install -q -e .") for line in installs), plan
+    assert installs and all(line.endswith("pip install -q -e '.[report]'")
+                            for line in installs), plan
     assert plan.splitlines()[-1].endswith("-m fixtures.demo")
 
 

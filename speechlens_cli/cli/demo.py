@@ -32,9 +32,9 @@ def demo(folder: Path, overwrite: bool) -> None:
     if folder.exists() and not folder.is_dir():
         raise UsageError(f"{folder}: is not a folder")
     noisy, enhanced = folder / material.NOISY, folder / material.ENHANCED
-    weights = folder / material.CHECKPOINT
+    weights, page = folder / material.CHECKPOINT, folder / material.REPORT
     if not overwrite:
-        for path in (noisy, enhanced, weights):
+        for path in (noisy, enhanced, weights, page):
             if os.path.lexists(path):
                 raise OutputExistsError(f"{path}: exists (--overwrite replaces the demo's files)")
     device = api.select_device()
@@ -56,6 +56,33 @@ def demo(folder: Path, overwrite: bool) -> None:
                f"{device.upper()} (model load included; real-time factor "
                f"{elapsed / material.SECONDS:.1f}), with RANDOM weights: it will not sound "
                "cleaner. For real enhancement: speechlens models pull, then speechlens enhance.")
+    with interrupts.signals_interrupt():
+        for line in report_lines(noisy, enhanced, page, random_weights=True):
+            click.echo(line)
+
+
+def report_lines(noisy: Path, enhanced: Path, page: Path, *, random_weights: bool) -> list[str]:
+    """The demo's report (`page`), and what to say of it: its scores and, from a random
+    checkpoint, that they drop; without the `report` extra, how to get it (the demo itself
+    needs none of it)."""
+    from .. import report
+    from ..errors import MissingExtraError
+    from ..scoring import extra
+
+    try:
+        extra.require(extra.DNSMOS + extra.PICTURES)
+    except MissingExtraError as error:
+        return [f"no report of the run: {error}"]
+    from ..synthetic import demo as material
+
+    names = (str(noisy), str(enhanced))
+    change = report.score_change(noisy, enhanced, *names)
+    report.write_file_page(page, noisy, enhanced, names, change)
+    lines = [f"wrote {page}: listen to both, see their spectrograms; DNSMOS OVRL "
+             f"{change.input.ovrl:.2f} -> {change.output.ovrl:.2f} "
+             f"({change.change.ovrl:+.2f}), SIG {change.change.sig:+.2f}, BAK "
+             f"{change.change.bak:+.2f}"]
+    return lines + ([f"{material.SCORES_DROP}."] if random_weights else [])
 
 
 def _write_checkpoint(weights: Path) -> None:

@@ -13,6 +13,7 @@ from .speech import noisy_speech
 NOISY = "noisy.wav"
 ENHANCED = "enhanced.wav"
 CHECKPOINT = "random-checkpoint"
+REPORT = "report.html"
 SAMPLE_RATE = 16000
 SECONDS = 3.0
 SNR_DB = 5.0
@@ -20,6 +21,9 @@ SNR_DB = 5.0
 CONFIG = FULL_CONFIG
 RANDOM_WEIGHTS = ("a generated checkpoint of the official size and layout: its RANDOM weights "
                   "exercise the whole pipeline but do NOT enhance speech")
+SCORES_DROP = ("A random checkpoint makes the scores DROP: its weights damage the speech "
+               "instead of cleaning it; NVIDIA's checkpoint (speechlens models pull) is what "
+               "raises them")
 NOISY_TEXT = (f"{SECONDS:g} s of synthetic speech plus noise at {SAMPLE_RATE} Hz, "
               f"{SNR_DB:g} dB SNR")
 
