@@ -9,7 +9,10 @@ import base64
 import io
 import json
 import re
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -17,8 +20,9 @@ import pytest
 import soundfile as sf
 
 from speechlens_cli import report
+from speechlens_cli.errors import AudioInputError
 from speechlens_cli.report import excerpt
-from tests.reliability import invoke, leftovers, make_audio, one_error_line
+from tests.reliability import CHILD, REPO, invoke, leftovers, make_audio, one_error_line
 from tests.test_score import needs_extra
 
 pytestmark = needs_extra
@@ -189,3 +193,50 @@ def test_spectrograms_are_in_db_full_scale_on_a_log_frequency_axis():
     assert abs(hertz[decibels.mean(axis=1).argmax()] - 1000) < 40
     assert decibels.max() == pytest.approx(0.0, abs=1.5)   # a full-scale sine: 0 dB, less
     # what falls between two bins (a Hann window loses up to 1.4 dB there)
+
+
+def test_a_file_whose_scoring_fails_fails_alone_its_output_kept(tmp_path, tiny_checkpoint,
+                                                                 on_cpu, monkeypatch):
+    for name in ("a", "b"):
+        _speech(tmp_path / "in" / f"{name}.wav")
+    scored = report.score_change
+
+    def failing(source, destination, name, output_name):
+        if Path(name).name == "a.wav":
+            raise AudioInputError(f"{name}: cannot be scored")
+        return scored(source, destination, name, output_name)
+
+    monkeypatch.setattr(report, "score_change", failing)
+    result = _enhance(tiny_checkpoint, tmp_path / "in", tmp_path / "out", "--report",
+                      tmp_path / "report")
+    assert result.exit_code == 3, result.output
+    assert f"error: {tmp_path / 'in' / 'a.wav'}: cannot be scored" in result.stderr.splitlines()
+    assert (tmp_path / "out" / "a.wav").is_file() and (tmp_path / "out" / "b.wav").is_file()
+    summary = (tmp_path / "report" / "index.html").read_text()
+    assert re.findall(r'<a href="[^"]+">([^<]+)</a>', summary) == [str(tmp_path / "in" / "b.wav")]
+    assert "1 other file(s) of the batch were not enhanced in this run" in summary
+
+
+def test_an_interrupted_batch_exits_130_leaving_whole_pages_only(tmp_path, tiny_checkpoint):
+    """Ctrl-C once the first page is there: the pages written are whole, none is half-written,
+    and no summary is made of a batch that did not finish."""
+    for index in range(8):
+        _speech(tmp_path / "in" / f"take{index}.wav", seed=index)
+    folder = tmp_path / "report"
+    process = subprocess.Popen(
+        [sys.executable, "-c", CHILD, "enhance", str(tmp_path / "in"), str(tmp_path / "out"),
+         "--model", str(tiny_checkpoint), "--report", str(folder), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 120
+    while not list(folder.glob("take*.html")):
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "no page appeared"
+        time.sleep(0.01)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert stderr.rstrip().endswith("resume with --skip-existing"), stderr
+    pages = sorted(folder.glob("*.html"))
+    assert 1 <= len(pages) < 8 and not (folder / "index.html").exists()
+    assert all(page.read_text().endswith("</body></html>\n") for page in pages)
+    assert not leftovers(tmp_path)
