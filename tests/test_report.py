@@ -240,3 +240,11 @@ def test_an_interrupted_batch_exits_130_leaving_whole_pages_only(tmp_path, tiny_
     assert 1 <= len(pages) < 8 and not (folder / "index.html").exists()
     assert all(page.read_text().endswith("</body></html>\n") for page in pages)
     assert not leftovers(tmp_path)
+
+
+def test_a_report_of_audio_on_stdout_says_so(tmp_path, tiny_checkpoint, on_cpu):
+    source = _speech(tmp_path / "in.wav")
+    result = _enhance(tiny_checkpoint, source, "-", "--report", tmp_path / "r.html")
+    assert result.exit_code == 0, result.output
+    assert result.stdout_bytes[:4] == b"RIFF"
+    assert "Enhanced by speechlens into its standard output." in (tmp_path / "r.html").read_text()

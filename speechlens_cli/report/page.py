@@ -62,8 +62,10 @@ def file_page(view: FileView) -> str:
     mixed = f", its {excerpt.channels} channels mixed to mono" if excerpt.channels > 1 else ""
     converted = (f" The scores read it {escape(change.converted)}."
                  if change.converted else "")
+    output = ("its standard output" if view.output_name == "-"
+              else f"<code>{escape(view.output_name)}</code>")
     body = f"""<h1>{escape(view.name)}</h1>
-<p>Enhanced by speechlens into <code>{escape(view.output_name)}</code>.</p>
+<p>Enhanced by speechlens into {output}.</p>
 <h2>Scores</h2>
 <table><thead><tr><th>DNSMOS</th><th>input</th><th>output</th><th>change</th></tr></thead>
 <tbody>{rows}</tbody></table>
