@@ -6,8 +6,10 @@ before any work. Needs the `report` extra, which `make` installs (else skipped, 
 from __future__ import annotations
 
 import base64
+import errno
 import io
 import json
+import os
 import re
 import signal
 import subprocess
@@ -248,3 +250,19 @@ def test_a_report_of_audio_on_stdout_says_so(tmp_path, tiny_checkpoint, on_cpu):
     assert result.exit_code == 0, result.output
     assert result.stdout_bytes[:4] == b"RIFF"
     assert "Enhanced by speechlens into its standard output." in (tmp_path / "r.html").read_text()
+
+
+def test_a_page_the_disk_cannot_take_fails_its_file_in_one_line(tmp_path, tiny_checkpoint,
+                                                                 on_cpu, monkeypatch):
+    source = _speech(tmp_path / "in.wav")
+
+    def full(self, *_, **__):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(Path, "write_text", full)
+    result = _enhance(tiny_checkpoint, source, tmp_path / "out.wav", "--report",
+                      tmp_path / "r.html")
+    assert result.exit_code == 1
+    assert one_error_line(result.stderr) == (
+        f"error: {tmp_path / 'r.html'}: could not be written (No space left on device)")
+    assert not (tmp_path / "r.html").exists() and not leftovers(tmp_path)

@@ -46,10 +46,18 @@ class ScoreRequest:
         (with a digest of the whole name, so a/x.wav and b/x.wav get a page each)."""
         if not self.batch:
             return self.report
-        self.report.mkdir(exist_ok=True)   # its parent was checked: a missing one is an error
         stem = re.sub(r"[^\w.-]+", "_", Path(job.shown_output).stem)[:80]
         digest = hashlib.sha256(job.shown_output.encode()).hexdigest()[:8]
-        return self.report / f"{stem}-{digest}.html"
+        return self._folder() / f"{stem}-{digest}.html"
+
+    def _folder(self) -> Path:
+        """A batch's report folder, made at its first page (its parent was checked)."""
+        try:
+            self.report.mkdir(exist_ok=True)
+        except OSError as error:
+            raise OutputError(f"{self.report}: the report's folder cannot be made "
+                              f"({error.strerror or error})") from None
+        return self.report
 
     def finish(self, results: list[FileResult]) -> None:
         """A batch's summary page, from every file's result (the pages' files)."""
@@ -60,8 +68,7 @@ class ScoreRequest:
         entries = [report.SummaryEntry(result.input, Path(result["report"]).name,
                                        report.ScoreChange.from_dict(result["scores"]))
                    for result in results if "report" in result.fields]
-        self.report.mkdir(exist_ok=True)
-        report.write_summary(self.report / SUMMARY, entries, len(results) - len(entries))
+        report.write_summary(self._folder() / SUMMARY, entries, len(results) - len(entries))
 
     def plan_note(self) -> str:
         """What a dry run would write."""
@@ -80,7 +87,7 @@ def requested(report: str | None, score: bool, jobs: list[Job], *, batch: bool,
     audio_io.identities of every input; `shared`: the batch is shared among processes)."""
     if report is None and not score:
         return None
-    from ..scoring import extra   # here: a run without them never imports scoring
+    from ..scoring import extra  # here: a run without them never imports scoring
 
     extra.require(extra.DNSMOS + (extra.PICTURES if report is not None else ()))
     if report is None:

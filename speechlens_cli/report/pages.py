@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 from .. import audio as audio_io
+from ..errors import OutputError
 from .excerpt import mp3_uri, read_excerpt
 from .page import FileView, SummaryEntry, file_page, summary_page
 from .pictures import change_histograms, spectrograms
@@ -32,4 +33,8 @@ def write_summary(path: Path, entries: list[SummaryEntry], unscored: int) -> Non
 
 def _write(path: Path, html: str) -> None:
     with audio_io.atomic_output(path, overwrite=True) as temporary:
-        temporary.write_text(html, encoding="utf-8")
+        try:
+            temporary.write_text(html, encoding="utf-8")
+        except OSError as error:   # a full disk, a quota
+            raise OutputError(f"{path}: could not be written ({error.strerror or error})") \
+                from None
