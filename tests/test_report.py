@@ -83,7 +83,7 @@ def test_a_batch_report_sums_up_with_the_worst_first(tmp_path, tiny_checkpoint, 
     assert [folder / link for link, _ in links] == [Path(line["report"]) for line in worst_first]
     assert all((folder / link).is_file() for link, _ in links)
     assert [s.split(";")[0] for s in _sources(summary)] == ["data:image/png"]
-    worse = sum(line["scores"]["change"]["ovrl"] < 0 for line in lines)
+    worse = sum(round(line["scores"]["change"]["ovrl"], 2) < 0 for line in lines)
     assert f"OVRL got worse for <strong>{worse}</strong> of 3 files" in summary
 
 

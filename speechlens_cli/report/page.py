@@ -32,9 +32,15 @@ def _document(title: str, body: str) -> str:
             f"<body>\n{body}\n</body></html>\n")
 
 
+def _shown(value: float) -> float:
+    """A change as the pages show it, to 0.01: what shows as 0 is no change (never -0.00)."""
+    return round(value, 2) + 0.0
+
+
 def _signed(value: float) -> str:
-    kind = "better" if value > 0 else "worse" if value < 0 else ""
-    return f'<span class="{kind}">{value:+.2f}</span>'
+    shown = _shown(value)
+    kind = "better" if shown > 0 else "worse" if shown < 0 else ""
+    return f'<span class="{kind}">{shown:+.2f}</span>'
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ def summary_page(entries: list[SummaryEntry], histograms: str | None, unscored: 
     """The batch on one page: how the scores moved, then every file, those whose OVRL dropped
     first (the worst at the top), each linking to its page."""
     ordered = sorted(entries, key=lambda entry: entry.change.change.ovrl)
-    worse = sum(entry.change.change.ovrl < 0 for entry in entries)
+    worse = sum(_shown(entry.change.change.ovrl) < 0 for entry in entries)
     rows = "".join(
         f'<tr><td><a href="{escape(entry.link)}">{escape(entry.name)}</a></td>'
         f"<td>{entry.change.input.ovrl:.2f}</td><td>{entry.change.output.ovrl:.2f}</td>"
