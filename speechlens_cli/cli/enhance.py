@@ -78,6 +78,8 @@ Examples:
   speechlens enhance - clean.m4a < memo.m4a    any readable format on stdin
   speechlens enhance - - --format flac < in.wav > out.flac   another container on stdout
   speechlens enhance in.wav out.mp3 --bitrate 128k            a lossy output's bit rate
+  speechlens enhance in/ out/ --report report/   a page per file to listen and compare,
+                                               scores before and after, index.html
 
 \b
 Formats: WAV, FLAC, AIFF, OGG and libsndfile's others, exactly; M4A, MP4, MOV, WebM,
