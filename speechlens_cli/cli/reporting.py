@@ -3,7 +3,10 @@ stderr, the time it will take, JSON lines on stdout, the batch summary at the en
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import sys
 import time
 from pathlib import Path
 
@@ -24,6 +27,46 @@ ESTIMATE_NOTE_S = 60.0
 PROGRESS_INTERVAL_S = 60.0
 #: A batch of more files closes with totals and its failures, not one row per file.
 SUMMARY_TABLE_MAX_FILES = 20
+
+
+def _may_be_terminal() -> bool:
+    """Whether Rich could take stderr for a terminal: it is a TTY, or one of Rich's switches for
+    that (FORCE_COLOR, TTY_COMPATIBLE) is set. Where not, Rich would draw no bars."""
+    try:
+        tty = sys.stderr.isatty()
+    except (AttributeError, ValueError):   # no stderr, or a closed one
+        tty = False
+    return tty or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ
+
+
+class LogDisplay:
+    """ProgressDisplay where stderr is a log (a batch job's, `2> log`, a pipe), without Rich's
+    54 modules in every such process: its notes as plain lines, no bars; Rich only for a batch's
+    closing summary."""
+
+    is_terminal = False
+
+    def __init__(self, *, total: int):
+        self.total_files = total
+        self.progress = contextlib.nullcontext()
+
+    @property
+    def console(self):
+        from rich.console import Console
+
+        return Console(stderr=True)
+
+    def print(self, message: str) -> None:
+        click.echo(message, err=True)
+
+    def batch_seconds(self, seconds: float) -> None:
+        """No batch bar to size."""
+
+    def file_progress(self, plan: FilePlan):
+        return lambda frames: None
+
+    def file_finished(self, finished: int, name: str) -> None:
+        """No bar to take down."""
 
 
 class ProgressDisplay:
@@ -49,6 +92,10 @@ class ProgressDisplay:
         #: Files started and not finished, by name: [task, seconds, seconds enhanced so far].
         self.running: dict[str, list[list]] = {}
         self.seconds_done = 0.0    # audio of the batch's finished runs
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.console.is_terminal
 
     def print(self, message: str) -> None:
         self.progress.console.print(message, markup=False, highlight=False, soft_wrap=True)
@@ -144,10 +191,11 @@ class Reporter:
         self.results: list[FileResult] = []
         #: Why the --json lines stopped reaching stdout, if they did.
         self.json_error: str | None = None
-        self.display = ProgressDisplay(quiet=quiet, batch=batch, total=total)
+        self.display = (ProgressDisplay(quiet=quiet, batch=batch, total=total)
+                        if _may_be_terminal() else LogDisplay(total=total))
         self.progress = self.display.progress
         #: Progress as lines: stderr is a log, not a terminal.
-        self.log_lines = not quiet and not self.display.console.is_terminal
+        self.log_lines = not quiet and not self.display.is_terminal
         self.started = time.monotonic()
         self.rate_key: str | None = None  # set once the model is loaded
         self.rate: float | None = None    # seconds per million samples, measured here before
