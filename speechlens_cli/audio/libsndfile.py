@@ -10,6 +10,7 @@ import contextlib
 import os
 import re
 import sys
+import threading
 from collections.abc import Iterator
 
 import soundfile as sf
@@ -36,29 +37,56 @@ def reason(error: Exception) -> str:
     return text or type(error).__name__
 
 
+#: native_stderr_silenced's state, for threads that read at once (a batch reads ahead, writes
+#: and scores behind the model): fd 2's saved copy, and how many are inside.
+_SILENCE = threading.Lock()
+_silenced = {"depth": 0, "saved": -1}
+
+
 @contextlib.contextmanager
 def native_stderr_silenced() -> Iterator[None]:
     """Keep C libraries off file descriptor 2 for a moment.
 
     libsndfile's MPEG decoder (libmpg123) prints notes and warnings straight to fd 2 while it
     probes bytes that are not MP3 or resyncs a damaged one; our one-line error says what failed.
+    Fd 2 is one for the whole process: the first thread in saves it and the last one out puts
+    it back (each saving and restoring its own, two overlapping threads left it pointing to
+    /dev/null for good, and every later message, the interrupt's included, was lost).
     """
-    try:
-        sys.stderr.flush()
-        saved = os.dup(2)
-    except (OSError, ValueError, AttributeError):  # no fd 2, or a closed/replaced sys.stderr
+    if not _silence():
         yield
         return
     try:
-        quiet = os.open(os.devnull, os.O_WRONLY)
-        try:
-            os.dup2(quiet, 2)
-        finally:
-            os.close(quiet)
         yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        with _SILENCE:
+            _silenced["depth"] -= 1
+            if not _silenced["depth"]:
+                os.dup2(_silenced["saved"], 2)
+                os.close(_silenced["saved"])
+
+
+def _silence() -> bool:
+    """Point fd 2 to /dev/null (or keep it there); False where there is no fd 2 to save."""
+    with _SILENCE:
+        if not _silenced["depth"]:
+            try:
+                sys.stderr.flush()
+                saved = os.dup(2)
+            except (OSError, ValueError, AttributeError):  # no fd 2; a closed or replaced stderr
+                return False
+            try:
+                quiet = os.open(os.devnull, os.O_WRONLY)
+            except OSError:
+                os.close(saved)
+                return False
+            try:
+                os.dup2(quiet, 2)
+            finally:
+                os.close(quiet)
+            _silenced["saved"] = saved
+        _silenced["depth"] += 1
+        return True
 
 
 def _private_api():
