@@ -54,7 +54,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 
     A file that fails is recorded and the next one runs; a model that cannot load stops the run.
     """
-    errors, notes = [], set()
+    errors = []
 
     def fail(job: Job, error: SpeechlensError) -> None:
         """Record a failure; an output that appeared meanwhile is a skip where existing outputs
@@ -67,7 +67,8 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
                                    {"error": str(error)}))
 
     outcomes = _plan_jobs(jobs, options, batch=batch, inputs=inputs)
-    reporter.plan_batch([o for o in outcomes if isinstance(o, api.FilePlan)])
+    plans = [o for o in outcomes if isinstance(o, api.FilePlan)]
+    reporter.plan_batch(plans)
 
     def report(job: Job, outcome: api.FilePlan | SpeechlensError | FileResult) -> None:
         if isinstance(outcome, SpeechlensError):
@@ -79,6 +80,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
             outcome = FileResult(job.name, job.shown_output, outcome.status, outcome.fields)
         reporter.record(outcome)
 
+    _notes(plans, reporter)
     if options.dry_run:
         _dry_run(jobs, outcomes, reporter, options, fail)
         return errors
@@ -98,8 +100,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     jobs_of = {id(plan): job for job, plan in zip(jobs, outcomes, strict=True)}
 
     def started(plan: api.FilePlan):
-        """A file's first window reaches the model: its notes, then its progress callback."""
-        _notes(plan, reporter, notes)
+        """A file's first window reaches the model: its progress callback."""
         reporter.note(f"{plan.name}: {plan.info.frames} frames, {plan.info.sample_rate} Hz, "
                       f"{plan.info.channels} ch, {plan.output.format}/{plan.output.subtype}",
                       verbose=True)
@@ -124,22 +125,23 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     return errors
 
 
-def _notes(plan: api.FilePlan, reporter: Reporter, notes: set) -> None:
-    """What the user should know about the file's output (once a run) and its rate (once a
-    rate)."""
-    if plan.output.note and plan.output.note not in notes:
-        notes.add(plan.output.note)
-        reporter.note(f"note: {plan.output.note}")
-    untrained = api.untrained_rate_note(plan)
-    if untrained and plan.info.sample_rate not in notes:
-        notes.add(plan.info.sample_rate)
-        reporter.note(f"note: {untrained}")
+def _notes(plans: list[api.FilePlan], reporter: Reporter) -> None:
+    """What the user should know about the outputs (each note once a run) and the rates (once a
+    rate), before any file runs or is refused."""
+    notes = set()
+    for plan in plans:
+        untrained = api.untrained_rate_note(plan)
+        for key, note in ((plan.output.note, plan.output.note),
+                          (plan.info.sample_rate, untrained)):
+            if note and key not in notes:
+                notes.add(key)
+                reporter.note(f"note: {note}")
 
 
 def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: EnhanceOptions,
              fail) -> None:
     """Every check the real run makes before the model, then each file's plan line."""
-    config, notes = None, set()
+    config = None
     for job, plan in zip(jobs, outcomes, strict=True):
         interrupts.check()
         if isinstance(plan, FileResult):
@@ -148,7 +150,6 @@ def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: Enhan
         if isinstance(plan, SpeechlensError):
             fail(job, plan)
             continue
-        _notes(plan, reporter, notes)
         if config is None:
             config = checkpoint.planning_config(options.model_spec)
         try:
