@@ -12,8 +12,6 @@ The defaults and limits here are the single source for the CLI and the Python AP
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import ctypes.util
 import math
 import os
 import resource
@@ -224,6 +222,8 @@ def _macos_available_bytes() -> int | None:
 
 def _sysctl(name: str) -> int | None:
     """An integer sysctl of macOS (sysctlbyname), None where it cannot be read."""
+    import ctypes.util  # here: it imports subprocess and more, which only macOS needs
+
     try:
         sysctlbyname = ctypes.CDLL(ctypes.util.find_library("c")).sysctlbyname
     except (OSError, AttributeError):
