@@ -7,7 +7,6 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
-from mlx.utils import tree_flatten
 
 from .. import kernels
 from .config import ModelConfig
@@ -44,7 +43,9 @@ class BiMambaWeights:
     projection, one kernel launch per hot spot), derived from the checkpoint's per-direction
     layout by BiMamba.weights. Index 0 is the forward direction, 1 the backward one."""
 
-    sources: tuple[mx.array, ...]  # the parameters these were derived from
+    #: Where the parameters these were derived from sit: (module, key, the value then), every
+    #: array and submodule of the three modules (BiMamba._slots).
+    sources: tuple[tuple[nn.Module, str, object], ...]
     in_x: mx.array  # [d, 2D]: in_proj's conv-input half, the forward direction's, then backward's
     in_z: mx.array  # [d, 2D]: in_proj's gate half, likewise
     conv_weight: mx.array  # [2, D, 4, 1]
@@ -118,19 +119,28 @@ class BiMamba(nn.Module):
                                      (w.dt_weight, w.dt_bias), strict=strict)
             return scratch.result(lambda: merge(y, x, w, self.norm, residual))
 
-    def _sources(self) -> tuple[mx.array, ...]:
-        """Every parameter BiMambaWeights is derived from: both directions' and output_proj's."""
-        modules = (self.forward_blocks, self.backward_blocks, self.output_proj)
-        return tuple(a for _, a in tree_flatten([m.parameters() for m in modules]))
+    def _slots(self) -> tuple[tuple[nn.Module, str, object], ...]:
+        """(module, key, value) of every array and submodule of this BiMamba, at any depth:
+        where the parameters BiMambaWeights is derived from sit."""
+        found, modules = [], [self]
+        while modules:
+            module = modules.pop()
+            for key, value in module.items():
+                found.append((module, key, value))
+                if isinstance(value, nn.Module):
+                    modules.append(value)
+        return tuple(found)
 
     def weights(self) -> BiMambaWeights:
         """The two-direction layout of the current parameters, derived once and again only
-        after a parameter is replaced (a new checkpoint loaded into the same model)."""
-        sources = self._sources()
+        after a parameter or a module holding them is replaced (a new checkpoint loaded into
+        the same model). The check reads each slot where a parameter sits, not the parameter
+        tree (mlx's parameters(), a few milliseconds a window for RE-USE's 60 BiMambas)."""
         cached = getattr(self, "_weights", None)
-        if cached is not None and all(a is b for a, b in zip(cached.sources, sources,
-                                                              strict=True)):
+        if cached is not None and all(module.get(key) is value
+                                      for module, key, value in cached.sources):
             return cached
+        sources = self._slots()
         f, b = self.forward_blocks, self.backward_blocks
         d, inner = self.output_proj.weight.shape[0], f.D.shape[0]
         # Derived in NumPy from the parameters' memory, each result handed to MLX as one array,
