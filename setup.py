@@ -44,7 +44,8 @@ class BuildCpuKernels(build_ext):
         return []
 
     def build_extension(self, ext):
-        ext.define_macros = [(BUILD.HASH_MACRO, f'"{BUILD.sources_hash(KERNELS)}"')]
+        ext.define_macros = [(BUILD.HASH_MACRO, f'"{BUILD.sources_hash(KERNELS)}"')] + [
+            (name, str(value)) for name, value in BUILD.KERNEL_DEFINES["cpu"].items()]
         super().build_extension(ext)
 
 

@@ -4,7 +4,7 @@
 // speechlens_cli/kernels/compiler.py) and called through ctypes with a plain C ABI
 // (speechlens_cli/kernels/cpu_binding.py names every parameter).
 //
-// Compile with: -O2/-O3 -std=c++17 -ffp-contract=off (no -ffast-math).
+// Compile with: -O2/-O3 -std=c++17 -ffp-contract=off (no -ffast-math) and build.py's -D flags.
 //
 // ISA: AVX-512 (16 lanes), AVX2 (8 lanes) and baseline (4 lanes) versions are compiled side by
 // side with target attributes and picked at run time, so the library is portable across x86-64
@@ -21,12 +21,19 @@
 #include <thread>
 #include <vector>
 
-#define SL_CPU_ABI_VERSION 6
 #ifndef SL_SOURCE_HASH
 #define SL_SOURCE_HASH "unknown"  // setup.py and the run-time compile pass the hash of the sources
 #endif
-#define SL_NSTATE 16
-#define SL_SCAN_THREAD_ORDER 1  // flags bit: walk (batch, channel group) units as GPU threads do
+// The ABI version, the state size, the scan's flags bit SL_SCAN_THREAD_ORDER (walk (batch,
+// channel group) units as GPU threads do) and the codes of the SIMD builds (SL_ISA_*) come from
+// speechlens_cli/kernels/build.py (KERNEL_DEFINES["cpu"]), as -D flags; sl_cpu_defines reports
+// them back.
+#if !defined(SL_CPU_ABI_VERSION) || !defined(SL_NSTATE) || !defined(SL_SCAN_THREAD_ORDER) || \
+    !defined(SL_ISA_GENERIC) || !defined(SL_ISA_AVX2) || !defined(SL_ISA_AVX512)
+#error "compile with the -D flags of speechlens_cli/kernels/build.py (KERNEL_DEFINES['cpu'])"
+#endif
+#define SL_STRINGIFY(x) #x
+#define SL_VALUE(x) SL_STRINGIFY(x)
 
 // Standard mode runs sl_mamba.h's fast step variants: the decay 2^(delta * A*log2 e), whose
 // pre-scaled A saves a multiply per state and step and whose exponent-field 2^k needs no
@@ -315,7 +322,7 @@ struct Exp2Decay {
   template <typename V> SL_MEMBER_FN V operator()(V x) const { return sl_exp2_fast_decay(x); }
 };
 
-enum Isa { ISA_GENERIC = 0, ISA_AVX2 = 1, ISA_AVX512 = 2 };
+enum Isa { ISA_GENERIC = SL_ISA_GENERIC, ISA_AVX2 = SL_ISA_AVX2, ISA_AVX512 = SL_ISA_AVX512 };
 
 // One entry point per ISA; everything below them is force-inlined, so each gets its own code.
 // Standard mode keeps the compiler's default FP contraction (GCC: fuse across statements), and
@@ -525,12 +532,27 @@ extern "C" {
 
 __attribute__((visibility("default"))) int sl_cpu_abi_version() { return SL_CPU_ABI_VERSION; }
 
+// The macros this library was compiled with, "NAME=value" separated by spaces
+// (speechlens_cli/kernels/cpu_binding.py compares them with build.py's when it loads it).
+__attribute__((visibility("default"))) const char* sl_cpu_defines() {
+  return "SL_CPU_ABI_VERSION=" SL_VALUE(SL_CPU_ABI_VERSION) " SL_NSTATE=" SL_VALUE(SL_NSTATE)
+         " SL_CONV_WIDTH=" SL_VALUE(SL_CONV_WIDTH)
+         " SL_SCAN_THREAD_ORDER=" SL_VALUE(SL_SCAN_THREAD_ORDER)
+         " SL_ISA_AVX512=" SL_VALUE(SL_ISA_AVX512) " SL_ISA_AVX2=" SL_VALUE(SL_ISA_AVX2)
+         " SL_ISA_GENERIC=" SL_VALUE(SL_ISA_GENERIC);
+}
+
 // Hash of the kernel sources this library was compiled from (speechlens_cli/kernels/cpu_binding.py compares it).
 __attribute__((visibility("default"))) const char* sl_cpu_source_hash() { return SL_SOURCE_HASH; }
 
-// The ISA that `requested` (-1 = best available, 0 generic, 1 AVX2, 2 AVX-512) resolves to here.
+// The ISA that `requested` (-1 = best available, else an SL_ISA_* code) resolves to here.
 __attribute__((visibility("default"))) int sl_cpu_isa(int requested) {
   return resolve_isa(requested);
+}
+
+// The SIMD width, in channels, of the ISA that `requested` resolves to here.
+__attribute__((visibility("default"))) int sl_cpu_lanes(int requested) {
+  return lanes_of(resolve_isa(requested));
 }
 
 // Strides are in elements, ordered (batch, time, channel); weight strides (channel, tap).

@@ -10,7 +10,7 @@
 // tensor-core products per tile, which keeps the accuracy of a float32 product.
 //
 // Geometry: a block of 256 threads (8 warps, 4 along rows x 2 along columns) computes a BM x BN
-// tile of the output, BM = 128, BN a multiple of 16 (each warp 32 x BN/2: 2 x BN/16 tiles of
+// tile of the output, BM = 128 (build.py's GEMM_ROWS), BN a multiple of 16 (each warp 32 x BN/2: 2 x BN/16 tiles of
 // 16 x 8). K goes through shared memory in slices of 16 as plain floats, copied asynchronously
 // (cp.async) three slices deep, so the next slices are in flight while one is multiplied; the
 // two terms of a two-term product are one sequence of slices, and each thread works out its
@@ -26,10 +26,15 @@
 #ifndef SL_GEMM_CUDA_H
 #define SL_GEMM_CUDA_H
 
-constexpr int SL_GEMM_THREADS = 256;  // the kernel is declared __launch_bounds__(256, 2)
-constexpr int SL_GEMM_MI_TILES = 2;  // 16-row mma tiles per warp
-constexpr int SL_GEMM_BM = 4 * 16 * SL_GEMM_MI_TILES;
-constexpr int SL_GEMM_BK = 16;
+// SL_GEMM_THREADS, SL_GEMM_BM and SL_GEMM_BK come from speechlens_cli/kernels/build.py
+// (KERNEL_DEFINES["cuda"]), which launches the kernels with them.
+#if !defined(SL_GEMM_THREADS) || !defined(SL_GEMM_BM) || !defined(SL_GEMM_BK)
+#error "SL_GEMM_THREADS, SL_GEMM_BM and SL_GEMM_BK come from speechlens_cli/kernels/build.py"
+#endif
+static_assert(SL_GEMM_THREADS == 256, "the warps are laid out 4 along rows x 2 along columns");
+static_assert(SL_GEMM_BM % (4 * 16) == 0, "each warp takes whole 16-row mma tiles");
+static_assert(SL_GEMM_BK % 8 == 0, "a K slice is whole k8 mma steps");
+constexpr int SL_GEMM_MI_TILES = SL_GEMM_BM / (4 * 16);  // 16-row mma tiles per warp
 constexpr int SL_GEMM_STAGES = 3;
 constexpr int SL_GEMM_A_STRIDE = SL_GEMM_BK + 4;  // rows 20 banks apart: conflict-free fragments
 
@@ -425,7 +430,7 @@ SL_FN void sl_gemm_store(sl_gemm_smem<BN>& s, const float (&acc)[SL_GEMM_MI_TILE
 }
 
 // A width-4 causal conv reads three steps back: the rows a tile computes beyond those it stores.
-constexpr int SL_CONV_HALO = 3;
+constexpr int SL_CONV_HALO = SL_CONV_WIDTH - 1;
 
 // The store of a BiMamba's in_proj conv-input half with the Mamba conv applied
 // (project_conv_cuda_body.h): the tile holds rows [m0, m0 + BM) of x = a @ w and columns

@@ -35,7 +35,11 @@
 #ifndef SL_MAMBA_H
 #define SL_MAMBA_H
 
-#define SL_CONV_WIDTH 4
+// SL_CONV_WIDTH, the conv's taps, comes from speechlens_cli/kernels/build.py (KERNEL_DEFINES).
+#ifndef SL_CONV_WIDTH
+#error "SL_CONV_WIDTH comes from speechlens_cli/kernels/build.py (KERNEL_DEFINES)"
+#endif
+static_assert(SL_CONV_WIDTH == 4, "the conv step (sl_causal_conv1d_step) takes four taps");
 #ifndef SL_SCAN_PREFETCH
 #define SL_SCAN_PREFETCH 4  // time steps ahead (CPU only)
 #endif

@@ -29,6 +29,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
+from speechlens_cli.kernels import build
 
 # (N, K0, LDA0, K1, LDA1, BN, NB, BIAS, NORM, RESIDUAL): the template variants the harness
 # instantiates, shaped like the model's uses (in_proj from a column range of a wider parent, the
@@ -137,8 +138,8 @@ def harness(tmp_path_factory):
     cpp, lib = folder / "gemm_harness.cpp", folder / "gemm_harness.so"
     cpp.write_text(_harness())
     cmd = [*cxx.split(), "-O1", "-std=c++17", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
-           "-Wall", "-Wno-unknown-pragmas", f"-I{kernels.kernel_source_dir()}", "-o", str(lib),
-           str(cpp)]
+           "-Wall", "-Wno-unknown-pragmas", *build.define_flags("cuda"),
+           f"-I{kernels.kernel_source_dir()}", "-o", str(lib), str(cpp)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
     return ctypes.CDLL(str(lib))

@@ -5,13 +5,14 @@ mlx[cuda13] the same tests exercise the CUDA kernels, and on Apple Silicon the M
 CPU library's own tests (needs_cpu_library) run on MLX's CPU device on any machine.
 Tolerances: conv vs mx.conv1d fallback max abs diff <= 1e-5; scan vs float64 reference relative
 RMS error <= 1e-5 (both modes); polynomial exp max relative error <= 3.8e-6 on [-86, 0]; the
-CPU's standard-mode decay 2^x max relative error <= 2e-7 on [-126, 0].
+CPU's standard-mode decay 2^x max relative error <= 2e-7 on [-125, 0].
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import subprocess
 import sys
 
 import mlx.core as mx
@@ -24,6 +25,7 @@ import reference as ref
 from speechlens_cli import kernels
 from speechlens_cli.errors import UsageError
 from speechlens_cli.kernels import (
+    build,
     cpu_binding,
     cpu_ops,
     cuda_conv2d,
@@ -555,13 +557,53 @@ def test_cpu_output_is_written_into_mlx_memory():
 @pytest.mark.slow
 @pytest.mark.skipif(kernels.find_cxx() is None, reason="no C++ compiler")
 def test_cpu_library_compiles_at_run_time(tmp_path):
-    """The path used when pip could not build the library, or the kernel sources changed."""
+    """The path used when pip could not build the library, or the kernel sources changed; the
+    library reports the numbers it shares with the Python code (build.py's) back."""
     dest = kernels.compile_cpu_library(tmp_path / "lib.so", "testhash")
     lib = cpu_binding.CpuLibrary(dest)
     assert lib.source_hash == "testhash"
+    assert lib.defines == build.KERNEL_DEFINES["cpu"]
     args = _scan_inputs(np.random.default_rng(53), 2, 30, 16)
     got = np.array(cpu_ops.cpu_scan(lib, *args, strict=False))
     assert _rel_rms(got, ref.reference_selective_scan(*_np(args))) <= RTOL_SCAN
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(kernels.find_cxx() is None, reason="no C++ compiler")
+def test_cpu_library_built_with_another_state_size_is_refused(tmp_path, monkeypatch):
+    """A library compiled with a state size other than build.D_STATE would read the wrong
+    number of B and C values per step: loading it fails and says which number differs."""
+    other = dict(build.KERNEL_DEFINES["cpu"], SL_NSTATE=2 * build.D_STATE)
+    monkeypatch.setitem(build.KERNEL_DEFINES, "cpu", other)
+    dest = kernels.compile_cpu_library(tmp_path / "lib.so", "testhash")
+    monkeypatch.undo()
+    with pytest.raises(OSError, match=f"SL_NSTATE {2 * build.D_STATE} .build.py: "
+                                      f"{build.D_STATE}."):
+        cpu_binding.CpuLibrary(dest)
+
+
+@pytest.mark.skipif(kernels.find_cxx() is None, reason="no C++ compiler")
+@pytest.mark.parametrize("includes, which, dropped", [
+    (["cpu_kernels.cpp"], "cpu", "SL_NSTATE"),
+    (["metal_cpu_shim.h", "sl_backend_metal.h", "sl_mamba.h"], "metal", "SL_CONV_WIDTH"),
+    (["cuda_cpu_shim.h", "sl_backend_cuda.h", "sl_mamba.h", "sl_gemm_cuda.h"], "cuda",
+     "SL_GEMM_BM"),
+])
+def test_kernel_sources_do_not_compile_without_the_shared_numbers(tmp_path, includes, which,
+                                                                  dropped):
+    """The numbers build.py declares are not written again in the sources: compiled without
+    one of its macros they stop at an #error instead of using a value of their own."""
+    cpp = tmp_path / "only.cpp"
+    cpp.write_text("".join(f'#include "{name}"\n' for name in includes))
+    base = [*kernels.find_cxx().split(), "-std=c++17", "-fsyntax-only", "-Wno-psabi",
+            f"-I{kernels.kernel_source_dir()}", str(cpp)]
+    flags = build.define_flags(which)
+    whole = subprocess.run([*base, *flags], capture_output=True, text=True, check=False)
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    short = [flag for flag in flags if not flag.startswith(f"-D{dropped}=")]
+    assert len(short) == len(flags) - 1
+    proc = subprocess.run([*base, *short], capture_output=True, text=True, check=False)
+    assert proc.returncode != 0 and "build.py" in proc.stderr, proc.stderr[-2000:]
 
 
 def test_kernel_info_names_backend():

@@ -30,7 +30,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
 from speechlens_cli import kernels
-from speechlens_cli.kernels import gpu
+from speechlens_cli.kernels import build, gpu
 
 # Channel counts the harness instantiates (template DI); tests draw shapes from these. 256 (the
 # model's) is a multiple of the CUDA scan's block, so it takes the staged path there.
@@ -220,7 +220,7 @@ def _build(which: str, tmp_path_factory) -> tuple[str, ctypes.CDLL]:
     cpp.write_text(_harness(which))
     lib = folder / f"{which}_harness.so"
     cmd = [*cxx.split(), "-O1", "-std=c++17", "-ffp-contract=off", "-fPIC", "-shared", "-pthread",
-           "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-variable",
+           "-Wall", "-Wno-unknown-pragmas", "-Wno-unused-variable", *build.define_flags(which),
            f"-I{kernels.kernel_source_dir()}", "-o", str(lib), str(cpp)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"

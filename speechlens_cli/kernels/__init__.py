@@ -52,8 +52,9 @@ and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba
 kernels compiled once per machine and cached), ``cuda_projection`` and ``cuda_conv2d`` (the
 tensor-core kernels), ``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes),
 ``fallback`` (MLX ops), ``selfcheck`` (each GPU kernel checked against them before use),
-``contract`` (accepted shapes), ``sources``, ``build`` (the build description setup.py shares)
-and ``compiler`` (building the CPU library at run time).
+``contract`` (accepted shapes), ``sources``, ``build`` (the build description setup.py shares,
+and the numbers the kernel sources take from it) and ``compiler`` (building the CPU library at
+run time).
 """
 
 from __future__ import annotations

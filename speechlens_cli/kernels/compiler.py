@@ -8,7 +8,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
-from .build import CPU_COMPILE_FLAGS, CPU_ENTRY, HASH_MACRO
+from .build import CPU_COMPILE_FLAGS, CPU_ENTRY, HASH_MACRO, define_flags
 from .sources import kernel_source_dir
 
 
@@ -30,7 +30,7 @@ def compile_cpu_library(dest: Path, source_hash: str, cxx: str | None = None) ->
     fd, tmp = tempfile.mkstemp(prefix=dest.name, suffix=".tmp", dir=dest.parent)
     os.close(fd)
     cmd = [*cxx.split(), *CPU_COMPILE_FLAGS, "-shared", f"-D{HASH_MACRO}=\"{source_hash}\"",
-           f"-I{src}", "-o", tmp, str(src / CPU_ENTRY)]
+           *define_flags("cpu"), f"-I{src}", "-o", tmp, str(src / CPU_ENTRY)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
         if proc.returncode != 0:

@@ -6,8 +6,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-D_STATE = 16
-CONV_WIDTH = 4
+from .build import CONV_WIDTH, D_STATE
 
 
 class KernelInputError(ValueError):

@@ -12,7 +12,7 @@ from importlib import machinery
 from pathlib import Path
 
 from ..errors import UsageError
-from .build import CPU_ABI_VERSION
+from .build import CPU_ABI_VERSION, CPU_ISAS, KERNEL_DEFINES
 from .compiler import compile_cpu_library
 from .notices import warn_once
 from .sources import cache_dir, cpu_sources_hash
@@ -21,14 +21,12 @@ CPU_THREADS_ENV = "SPEECHLENS_CPU_THREADS"
 #: Which of the library's SIMD builds runs (the best this CPU has unless set): benchmarks
 #: compare them on a CPU that runs more than one.
 CPU_ISA_ENV = "SPEECHLENS_CPU_ISA"
-CPU_ISA_CHOICES = {"best": -1, "avx512": 2, "avx2": 1, "generic": 0}
-#: sl_cpu_selective_scan's flags bit: walk (batch, channel group) units as GPU threads do.
-SCAN_THREAD_ORDER = 1
+CPU_ISA_CHOICES = {"best": -1, **CPU_ISAS}
 
 _VP, _I64, _INT, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
 _I64P = ctypes.POINTER(ctypes.c_int64)
-_ISA_NAMES = {0: "generic (4 lanes)", 1: "AVX2 (8 lanes)", 2: "AVX-512 (16 lanes)"}
-_ISA_LANES = {2: 16, 1: 8}
+_ISA_LABELS = {CPU_ISAS["generic"]: "generic", CPU_ISAS["avx2"]: "AVX2",
+               CPU_ISAS["avx512"]: "AVX-512"}
 
 # The C parameter lists, in order: Python calls the entry points by these names, so a call site
 # says what every argument is. Strides are in elements.
@@ -95,14 +93,29 @@ class _Entry:
         return self.function(*(arguments[param] for param in self.names))
 
 
+def _built_with(lib: ctypes.CDLL) -> dict[str, int]:
+    """The macros `lib` reports it was compiled with (sl_cpu_defines)."""
+    lib.sl_cpu_defines.restype = ctypes.c_char_p
+    pairs = (item.split("=", 1) for item in lib.sl_cpu_defines().decode().split())
+    return {name: int(value) for name, value in pairs}
+
+
 class CpuLibrary:
-    """A loaded library whose ABI matches this Python code."""
+    """A loaded library whose ABI and shared numbers (build.KERNEL_DEFINES) match this Python
+    code: one built with another state size would read the wrong number of B and C values."""
 
     def __init__(self, path: Path):
         lib = ctypes.CDLL(str(path))
         self.path = path
         if lib.sl_cpu_abi_version() != CPU_ABI_VERSION:
             raise OSError(f"{path}: ABI {lib.sl_cpu_abi_version()} != {CPU_ABI_VERSION}")
+        self.defines = built = _built_with(lib)
+        want = KERNEL_DEFINES["cpu"]
+        if built != want:
+            differ = ", ".join(f"{name} {built.get(name)} (build.py: {want.get(name)})"
+                               for name in sorted(built.keys() | want.keys())
+                               if built.get(name) != want.get(name))
+            raise OSError(f"{path} was built with other kernel numbers: {differ}")
         lib.sl_cpu_source_hash.restype = ctypes.c_char_p
         self.source_hash = lib.sl_cpu_source_hash().decode()
         self.causal_conv1d = _Entry(lib, "sl_cpu_causal_conv1d", _CONV_PARAMS, _INT)
@@ -115,17 +128,19 @@ class CpuLibrary:
         self.conv2d = _Entry(lib, "sl_cpu_conv2d", _CONV2D_PARAMS, _INT)
         self.project = _Entry(lib, "sl_cpu_project", _PROJECT_PARAMS, _INT)
         self._isa = _Entry(lib, "sl_cpu_isa", (("requested", _INT),), _INT)
+        self._lanes = _Entry(lib, "sl_cpu_lanes", (("requested", _INT),), _INT)
 
     def isa(self, requested: int = -1) -> int:
-        """The ISA `requested` resolves to here (-1 best, 0 generic, 1 AVX2, 2 AVX-512)."""
+        """The ISA `requested` (-1 best, else a code of CPU_ISAS) resolves to here."""
         return self._isa(requested=requested)
 
     def isa_name(self, requested: int = -1) -> str:
-        return _ISA_NAMES.get(self.isa(requested), "?")
+        label = _ISA_LABELS.get(self.isa(requested), "?")
+        return f"{label} ({self._lanes(requested=requested)} lanes)"
 
     def lanes(self) -> int:
         """SIMD width, in channels, of the ISA the kernels run here (cpu_isa)."""
-        return _ISA_LANES.get(self.isa(cpu_isa()), 4)
+        return self._lanes(requested=cpu_isa())
 
 
 def _prebuilt_paths() -> list[Path]:

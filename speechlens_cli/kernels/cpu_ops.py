@@ -11,6 +11,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import scratch
+from .build import SCAN_THREAD_ORDER
 from .contract import (
     CONV_WIDTH,
     D_STATE,
@@ -18,7 +19,7 @@ from .contract import (
     in_time_order,
     projection_geometry,
 )
-from .cpu_binding import SCAN_THREAD_ORDER, CpuLibrary, cpu_isa, cpu_library, cpu_threads
+from .cpu_binding import CpuLibrary, cpu_isa, cpu_library, cpu_threads
 from .fallback import two_direction_delta_raw
 
 

@@ -15,13 +15,13 @@ import functools
 
 import mlx.core as mx
 
+from .build import GEMM_ROWS, GEMM_SLICE, GEMM_THREADS
 from .cuda_packed import Part, build_variant, launch
-from .cuda_projection import ROWS_PER_BLOCK, THREADS, column_block, tensor_cores_enabled
+from .cuda_projection import COLUMN_STEP, column_block, tensor_cores_enabled
 
 #: Set to 0 to run the convolutions as MLX matmuls on CUDA instead of this kernel.
 CONV_KERNEL_ENV = "SPEECHLENS_CUDA_CONV2D"
 MAX_PLANES = 4  # x0 .. x3 (a dense block's last layer reads x and three outputs)
-CHANNEL_STEP = 16  # a plane's channels come in K slices of this many
 
 
 def enabled() -> bool:
@@ -30,15 +30,15 @@ def enabled() -> bool:
 
 def takes(planes: list[mx.array], weight: mx.array) -> bool:
     """Whether the kernel takes these operands: 1-4 float32 planes of one shape [B, H, W, C]
-    (C a multiple of 16) whose channels add up to the weight's [O, kh, kw, I] input, O a
-    multiple of 16."""
+    (C whole K slices: a plane's channels are staged GEMM_SLICE at a time) whose channels add
+    up to the weight's [O, kh, kw, I] input, O a multiple of COLUMN_STEP."""
     if not 1 <= len(planes) <= MAX_PLANES or weight.ndim != 4:
         return False
     shape = planes[0].shape
     out_channels, _, _, in_channels = weight.shape
     return (all(p.shape == shape and p.dtype == mx.float32 for p in planes)
-            and len(shape) == 4 and shape[3] % CHANNEL_STEP == 0
-            and shape[3] * len(planes) == in_channels and out_channels % CHANNEL_STEP == 0
+            and len(shape) == 4 and shape[3] % GEMM_SLICE == 0
+            and shape[3] * len(planes) == in_channels and out_channels % COLUMN_STEP == 0
             and weight.dtype == mx.float32)
 
 
@@ -79,6 +79,6 @@ def conv2d(planes: list[mx.array], weight: mx.array, bias: mx.array | None,
     inputs = [*planes, *[unread] * (MAX_PLANES - len(planes)), taps_first,
               bias if bias is not None else taps_first]
     rows = batch * out_height * out_width
-    blocks = -(-rows // ROWS_PER_BLOCK) * -(-out_channels // column_block(out_channels))
-    return launch(kernel, inputs, blocks * THREADS, THREADS,
+    blocks = -(-rows // GEMM_ROWS) * -(-out_channels // column_block(out_channels))
+    return launch(kernel, inputs, blocks * GEMM_THREADS, GEMM_THREADS,
                   (batch, out_height, out_width, out_channels), batch, height)

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import mlx.core as mx
 import numpy as np
 
+from .build import GEMM_THREADS
 from .contract import CONV_WIDTH, D_STATE
 from .gpu import (
     CUDA_SCAN_CHUNK,
@@ -137,7 +138,7 @@ KERNELS = {"biconv": "bimamba_conv", "biscan": "bimamba_scan", "proj": "projecti
 #: (threads per block, blocks per SM) a kernel is compiled for: the projection's 256 threads
 #: at two blocks per SM cap it at 128 registers (it took 154 uncapped, one block per SM; x_proj
 #: 0.161 -> 0.145 ms on an H200).
-LAUNCH_BOUNDS = {"proj": (256, 2), "projconv": (256, 2), "conv2d": (256, 2)}
+LAUNCH_BOUNDS = {kind: (GEMM_THREADS, 2) for kind in ("proj", "projconv", "conv2d")}
 
 
 def launch(kernel: tuple[str, bytes] | None, inputs: list[mx.array], grid: int, block: int,

@@ -23,6 +23,7 @@ import os
 
 import mlx.core as mx
 
+from .build import GEMM_ROWS, GEMM_THREADS
 from .contract import CONV_WIDTH, LayerNormSpec, projection_geometry
 from .cuda_packed import Part, build_variant, launch, unusable
 from .nvrtc import compute_capability
@@ -31,14 +32,17 @@ from .nvrtc import compute_capability
 PROJECTION_KERNEL_ENV = "SPEECHLENS_CUDA_PROJECTION"
 #: Set to 0 to run a BiMamba's in_proj conv-input half and its conv as two kernels.
 PROJECT_CONV_ENV = "SPEECHLENS_CUDA_PROJECT_CONV"
-THREADS = 256  # SL_GEMM_THREADS
-ROWS_PER_BLOCK = 128  # SL_GEMM_BM
-CONV_ROWS_PER_BLOCK = ROWS_PER_BLOCK - (CONV_WIDTH - 1)  # the rest: the conv's taps
+CONV_ROWS_PER_BLOCK = GEMM_ROWS - (CONV_WIDTH - 1)  # the rest: the conv's taps
+
+
+#: A block's output columns (BN) are a multiple of this: two warps side by side, each a whole
+#: number of 8-column mma tiles.
+COLUMN_STEP = 16
 
 
 def column_block(n: int) -> int:
-    """Output columns per block: 64, or N rounded up to 16 for narrower outputs."""
-    return 64 if n >= 64 else -(-n // 16) * 16
+    """Output columns per block: 64, or N rounded up to COLUMN_STEP for narrower outputs."""
+    return 64 if n >= 64 else -(-n // COLUMN_STEP) * COLUMN_STEP
 
 
 def tensor_cores_enabled(switch: str) -> bool:
@@ -111,8 +115,8 @@ def project(terms: list[tuple[mx.array, mx.array]], bias: mx.array | None,
     unread = w0  # a placeholder for the inputs this variant does not read
     inputs = [a0, w0, *second, bias if bias is not None else unread,
               norm.weight if normed else unread, norm.bias if normed else unread]
-    blocks = nb * -(-rows // ROWS_PER_BLOCK) * -(-n // column_block(n))
-    out = launch(kernel, inputs, blocks * THREADS, THREADS, (nb * rows, n), rows, 1)
+    blocks = nb * -(-rows // GEMM_ROWS) * -(-n // column_block(n))
+    out = launch(kernel, inputs, blocks * GEMM_THREADS, GEMM_THREADS, (nb * rows, n), rows, 1)
     return None if out is None else (out.reshape(*a0.shape[:-1], n), normed, added)
 
 
@@ -147,5 +151,5 @@ def project_conv(x: mx.array, w: mx.array, conv_weight: mx.array,
         return None
     column_blocks = 2 * channels // column_block(2 * channels)
     blocks = -(-batch * length // CONV_ROWS_PER_BLOCK) * column_blocks
-    return launch(_conv_kernel(k, channels), [x, w, conv_weight, conv_bias], blocks * THREADS,
-                  THREADS, (2, batch, length, channels), batch, length)
+    return launch(_conv_kernel(k, channels), [x, w, conv_weight, conv_bias],
+                  blocks * GEMM_THREADS, GEMM_THREADS, (2, batch, length, channels), batch, length)

@@ -8,6 +8,7 @@ import os
 
 import mlx.core as mx
 
+from .build import define_lines
 from .contract import D_STATE
 from .sources import source
 
@@ -23,9 +24,9 @@ OUTPUTS = ("out",)
 THREADGROUP_ENV = "SPEECHLENS_GPU_THREADGROUP"
 GPU_THREADGROUP = 256  # threads per threadgroup / CUDA block (THREADGROUP_ENV overrides)
 # The CUDA scan (selective_scan_cuda_body.h): 128 threads per block, B/C staged per block in
-# chunks of 16 steps (standard) or 32 (strict, whose longer step hides a barrier better): the
-# fastest of the designs measured on an H200 at RE-USE's shapes (docs/kernels.md). It applies a
-# dt projection of rank up to CUDA_MAX_DT_RANK itself (RE-USE's is 4).
+# chunks of 16 steps (standard) or 32 (strict). The kernel takes both as template values (TG,
+# CHUNK), so they are set here only; no sweep of either is recorded. It applies a dt projection
+# of rank up to CUDA_MAX_DT_RANK itself (RE-USE's is 4).
 CUDA_SCAN_THREADS = 128
 CUDA_MAX_DT_RANK = 16
 CUDA_SCAN_CHUNK = {False: 16, True: 32}
@@ -43,9 +44,9 @@ CUDA_BODIES = {"selective_scan": ("selective_scan_cuda_body.h", "sl_scan_cuda.h"
 
 def kernel_sources(name: str, which: str) -> tuple[str, str]:
     """(body, header) of kernel `name` (causal_conv1d, selective_scan, bimamba_conv,
-    bimamba_scan) on `which` (metal, cuda): the backend header and sl_mamba.h, and on CUDA
-    its own body and thread header where it has one (CUDA_BODIES)."""
-    header = source(f"sl_backend_{which}.h") + source("sl_mamba.h")
+    bimamba_scan) on `which` (metal, cuda): build.py's macros for the backend, its header and
+    sl_mamba.h, and on CUDA its own body and thread header where it has one (CUDA_BODIES)."""
+    header = define_lines(which) + source(f"sl_backend_{which}.h") + source("sl_mamba.h")
     if which == "cuda" and name in CUDA_BODIES:
         body, thread = CUDA_BODIES[name]
         return source(body), header + source(thread)
