@@ -10,7 +10,8 @@ Conventions
 -----------
 * Weights: ``dict[str, np.ndarray]`` with the official PyTorch names and layouts
   (``dense_encoder.dense_conv_1.0.weight [C,2,1,1]``, ``...conv1d.weight [D,1,K]`` ...).
-* Config: the ``config.json`` dict ``{"model_cfg": {...}, "stft_cfg": {...}}``.
+* Config: the ``config.json`` dict ``{"model_cfg": {...}, "stft_cfg": {...}}``, every size
+  read from it (no defaults here: the tests pass the synthetic checkpoints' configs).
 * Feature maps are kept channel-first for one channel of audio: ``[C, T, F]``
   (torch's ``[B, C, T, F]`` with B = 1).
 * Everything is computed in float64 except :func:`reference_exp_poly`, which emulates the
@@ -60,17 +61,17 @@ def _model_cfg(cfg: dict) -> dict:
 
 def _sizes(cfg: dict) -> dict:
     m = _model_cfg(cfg)
-    hid = int(m.get("hid_feature", 64))
-    expand = int(m.get("expand", 4))
+    hid = int(m["hid_feature"])
+    expand = int(m["expand"])
     return {
-        "num_tfmamba": int(m.get("num_tfmamba", 30)),
+        "num_tfmamba": int(m["num_tfmamba"]),
         "hid": hid,
-        "d_state": int(m.get("d_state", 16)),
-        "d_conv": int(m.get("d_conv", 4)),
+        "d_state": int(m["d_state"]),
+        "d_conv": int(m["d_conv"]),
         "expand": expand,
         "d_inner": expand * hid,
         "dt_rank": math.ceil(hid / 16),
-        "input_channel": int(m.get("input_channel", 2)),
+        "input_channel": int(m["input_channel"]),
         "norm_epsilon": float(m.get("norm_epsilon", _EPS_NORM)),
     }
 
@@ -86,11 +87,9 @@ def stft_params(sample_rate: int, cfg: dict) -> tuple[int, int, int]:
     base values are used unscaled.
     """
     s = _stft_cfg(cfg)
-    n_fft = int(s.get("n_fft", 320))
-    hop = int(s.get("hop_size", 40))
-    win = int(s.get("win_size", 320))
-    base_sr = int(s.get("sampling_rate", 8000))
-    if not s.get("sfi", True):
+    n_fft, hop, win = int(s["n_fft"]), int(s["hop_size"]), int(s["win_size"])
+    base_sr = int(s["sampling_rate"])
+    if not s["sfi"]:
         return n_fft, hop, win
     sr = int(sample_rate)
     return (_make_even(n_fft * sr // base_sr), _make_even(hop * sr // base_sr),

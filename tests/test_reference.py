@@ -11,14 +11,8 @@ import pytest
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import reference as ref
 
-CFG = {
-    "model_cfg": {"num_tfmamba": 30, "hid_feature": 64, "d_state": 16, "d_conv": 4,
-                  "expand": 4, "input_channel": 2, "output_channel": 1},
-    "stft_cfg": {"n_fft": 320, "hop_size": 40, "win_size": 320, "sampling_rate": 8000,
-                 "sfi": True},
-}
-TINY = {"model_cfg": dict(CFG["model_cfg"], num_tfmamba=2, hid_feature=16),
-        "stft_cfg": CFG["stft_cfg"]}
+from speechlens_cli.synthetic.checkpoints import FULL_CONFIG as CFG
+from speechlens_cli.synthetic.checkpoints import TINY_CONFIG as TINY
 
 
 def _identity(mag, pha):

@@ -6,6 +6,7 @@ import json
 import os
 from pathlib import Path
 
+from ..model.config import ModelConfig
 from .cases import NVIDIA_PEER, PLAIN_PEER
 
 NVIDIA_DEFAULTS = f"{NVIDIA_PEER}, TF32 torch defaults"
@@ -33,12 +34,12 @@ CPU_STARTUP_FILE = (1.0, 16000)
 CORPUS_SPEEDUP = {"cold": 2.5, "warm": 3.0}
 CORPUS_OVERHEAD_S = 0.010
 CPU_CORPUS_OVER_ONE_FILE = 1.2
-FULL_SIZE = {"num_tfmamba": 30, "hid_feature": 64, "d_inner": 256, "d_state": 16}
+FULL_SIZE = ModelConfig().size()
 
 
-def architecture(cfg) -> dict:
-    """The ModelConfig fields FULL_SIZE names, as a report states them."""
-    return {key: getattr(cfg, key) for key in FULL_SIZE}
+def architecture(cfg: ModelConfig) -> dict:
+    """The model's size (ModelConfig.size), as a report states it."""
+    return cfg.size()
 
 
 def _not_full_size(report: dict) -> list[dict] | None:

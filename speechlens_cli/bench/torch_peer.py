@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..model.config import ModelConfig
+
 TAIL_FILL = 1e-8
 SWEEP_ZERO_SHARE = 0.5
 _PREFIXES = ("model.", "SEMamba.")
@@ -56,10 +58,9 @@ def read_safetensors(path: str | Path) -> dict[str, np.ndarray]:
 
 
 def read_config(path: str | Path | None) -> dict:
-    """config.json's model_cfg + stft_cfg merged, with the official defaults."""
-    cfg = {"num_tfmamba": 30, "hid_feature": 64, "d_state": 16, "d_conv": 4, "expand": 4,
-           "input_channel": 2, "output_channel": 1, "norm_epsilon": 1e-5,
-           "n_fft": 320, "hop_size": 40, "win_size": 320, "sampling_rate": 8000, "sfi": True}
+    """config.json's model_cfg + stft_cfg merged, with the official defaults (ModelConfig's)."""
+    defaults = ModelConfig().to_dict()
+    cfg = defaults["model_cfg"] | defaults["stft_cfg"]
     if path is not None and Path(path).is_file():
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
         cfg.update(raw.get("model_cfg", {}))

@@ -16,9 +16,7 @@ MIN_MEASURED_S = 1.0
 def rate_key(model, device: str, strict: bool) -> str:
     """What the speed depends on: this machine (by host name, as a cluster's shared home folder
     serves several), the device, the mode and the model's size."""
-    cfg = model.config
-    size = "x".join(str(getattr(cfg, field))
-                    for field in ("num_tfmamba", "hid_feature", "d_inner", "d_state"))
+    size = "x".join(str(value) for value in model.config.size().values())
     return f"{platform.node()}/{device}/{'strict' if strict else 'standard'}/{size}"
 
 

@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import IncompatibleModelError
+from ..kernels.build import CONV_WIDTH, D_STATE
 
 SUPPORTED_SAMPLE_RATES = (8000, 16000, 22050, 24000, 32000, 44100, 48000)
 MIN_SAMPLE_RATE = 8000
@@ -14,6 +15,16 @@ MAX_SAMPLE_RATE = 192000
 MAX_BASE_N_FFT = 4096
 #: Smallest hop as a fraction of n_fft (the official model's is n_fft/8).
 MAX_HOP_DIVISOR = 32
+#: config.json's integer fields, each with the section it is in.
+INT_FIELDS = (
+    ("num_tfmamba", "model_cfg"), ("hid_feature", "model_cfg"), ("d_state", "model_cfg"),
+    ("d_conv", "model_cfg"), ("expand", "model_cfg"), ("input_channel", "model_cfg"),
+    ("output_channel", "model_cfg"), ("n_fft", "stft_cfg"), ("hop_size", "stft_cfg"),
+    ("win_size", "stft_cfg"), ("sampling_rate", "stft_cfg"),
+)
+#: The fields that set a model's size, and so its speed: reports and speed estimates name a
+#: model by them.
+SIZE_FIELDS = ("num_tfmamba", "hid_feature", "d_inner", "d_state")
 
 
 def _make_even(value: int) -> int:
@@ -33,6 +44,10 @@ class StftParams:
 
 @dataclass(frozen=True)
 class ModelConfig:
+    """A RE-USE configuration; the defaults are the official full-size model's, the one place
+    its numbers are written (the synthetic checkpoints, the benchmark and the tests take them
+    from here)."""
+
     num_tfmamba: int = 30
     hid_feature: int = 64
     d_state: int = 16
@@ -56,6 +71,20 @@ class ModelConfig:
     def dt_rank(self) -> int:
         return math.ceil(self.hid_feature / 16)
 
+    def size(self) -> dict[str, int]:
+        """The SIZE_FIELDS and their values."""
+        return {name: getattr(self, name) for name in SIZE_FIELDS}
+
+    def to_dict(self) -> dict:
+        """config.json's form of this configuration, which from_dict reads back."""
+        out: dict = {"model_cfg": {}, "stft_cfg": {}}
+        for name, section in INT_FIELDS:
+            out[section][name] = getattr(self, name)
+        out["model_cfg"].update(norm_epsilon=self.norm_epsilon,
+                                compress_factor=self.compress_factor)
+        out["stft_cfg"]["sfi"] = self.sfi
+        return out
+
     @classmethod
     def from_dict(cls, cfg: dict) -> ModelConfig:
         """Build from config.json ({"model_cfg": ..., "stft_cfg": ...}), rejecting absurd sizes."""
@@ -67,13 +96,9 @@ class ModelConfig:
             raise IncompatibleModelError("config.json 'stft_cfg' is not an object")
         defaults = cls()
         values = {}
-        for name, section in (
-            ("num_tfmamba", model_cfg), ("hid_feature", model_cfg), ("d_state", model_cfg),
-            ("d_conv", model_cfg), ("expand", model_cfg), ("input_channel", model_cfg),
-            ("output_channel", model_cfg), ("n_fft", stft_cfg), ("hop_size", stft_cfg),
-            ("win_size", stft_cfg), ("sampling_rate", stft_cfg),
-        ):
-            raw = section.get(name, getattr(defaults, name))
+        sections = {"model_cfg": model_cfg, "stft_cfg": stft_cfg}
+        for name, section in INT_FIELDS:
+            raw = sections[section].get(name, getattr(defaults, name))
             if isinstance(raw, bool) or not isinstance(raw, int):
                 raise IncompatibleModelError(f"config.json {name} must be an integer, got {raw!r}")
             values[name] = raw
@@ -108,7 +133,9 @@ class ModelConfig:
                 raise IncompatibleModelError(
                     f"config.json {name}={value} is outside the supported range {low}..{high}"
                 )
-        fixed = {"d_state": 16, "d_conv": 4, "input_channel": 2, "output_channel": 1}
+        # the kernels' state size and conv width are compiled in (kernels/build.py)
+        fixed = {"d_state": D_STATE, "d_conv": CONV_WIDTH, "input_channel": 2,
+                 "output_channel": 1}
         for name, required in fixed.items():
             if getattr(self, name) != required:
                 raise IncompatibleModelError(

@@ -27,29 +27,10 @@ import numpy as np
 from ..model.config import ModelConfig
 from ..model.layout import expected_shapes
 
-FULL_CONFIG: dict = {
-    "model_cfg": {
-        "num_tfmamba": 30,
-        "hid_feature": 64,
-        "d_state": 16,
-        "d_conv": 4,
-        "expand": 4,
-        "input_channel": 2,
-        "output_channel": 1,
-        "compress_factor": "relu_log1p",
-        "beta": 2.0,
-        "mapping": True,
-        "inner_mamba_nlayer": 1,
-        "norm_epsilon": 1e-5,
-    },
-    "stft_cfg": {
-        "n_fft": 320,
-        "hop_size": 40,
-        "win_size": 320,
-        "sampling_rate": 8000,
-        "sfi": True,
-    },
-}
+#: The official full-size configuration (ModelConfig's defaults) as its config.json has it, with
+#: the keys speechlens does not read.
+FULL_CONFIG: dict = ModelConfig().to_dict()
+FULL_CONFIG["model_cfg"].update(beta=2.0, mapping=True, inner_mamba_nlayer=1)
 
 TINY_CONFIG: dict = copy.deepcopy(FULL_CONFIG)
 TINY_CONFIG["model_cfg"]["num_tfmamba"] = 2
