@@ -21,9 +21,10 @@ import mlx.core as _mx  # noqa: E402
 # and closes a graph only once the arrays bound to it pass MLX_MAX_MB_PER_BUFFER (counted in
 # millions of elements, not bytes; 1000 on an H100/H200): those pending graphs, not the model,
 # set the peak memory. Measured on an H200, 5 s at 44.1 kHz (both BiMamba directions per
-# launch): 3.34 GiB at 25, 2.14 GiB at 10, 2.15 GiB at 5, for 0.184 / 0.189 / 0.193 s; a 30-s
-# window at 48 kHz 1.19 s at 25 and at 10 (docs/performance.md has the sweeps). Read by MLX at
-# the first GPU operation; a value in the environment wins. Metal keeps its own limits.
+# launch): 3.34 GiB at 25, 2.14 GiB at 10, 2.15 GiB at 5, for 0.184 / 0.189 / 0.193 s (a row
+# of docs/performance.md's tried-and-lost table); a 30-s window at 48 kHz 1.19 s at 25 and at
+# 10. Read by MLX at the first GPU operation; a value in the environment wins. Metal keeps its
+# own limits.
 CUDA_GRAPH_MB = 10
 if _mx.cuda.is_available():
     os.environ.setdefault("MLX_MAX_MB_PER_BUFFER", str(CUDA_GRAPH_MB))
