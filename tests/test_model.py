@@ -139,12 +139,14 @@ def test_api_accepts_model_path_and_keeps_odd_length(tiny_checkpoint):
     "audio, rate, message",
     [
         (np.full(800, np.nan, np.float32), 8000, "NaN or Inf"),
-        (np.zeros(800, np.float32), 4000, "4000 Hz is not supported"),
-        (np.zeros(100, np.float32), 8000, "too short"),
+        (_signal(4000, 800), 4000, "4000 Hz is not supported"),
+        (_signal(8000, 100), 8000, "too short"),
         (np.zeros((800, 0), np.float32), 8000, "no channels"),
     ],
 )
 def test_api_rejects_bad_input_with_clear_message(tiny_model, audio, rate, message):
+    """Speech where the input has samples: the checks must refuse what the model would
+    otherwise run on (an all-zero channel never reaches it)."""
     with pytest.raises(AudioInputError, match=message):
         enhance(audio, rate, model=tiny_model)
 
@@ -250,9 +252,36 @@ def test_rows_with_halo_pads_zeros_outside_the_plane():
     assert np.array(rows_with_halo(plane, 2, 3, 1)).ravel().tolist() == [2, 3, 4]
 
 
-def test_silence_gives_finite_output(tiny_model):
-    y = enhance(np.zeros(1600, np.float32), 8000, model=tiny_model)
+def test_digital_silence_inside_speech_runs_through_the_model_like_the_reference(
+        tiny_model, tiny_weights):
+    """Speech after 0.2 s of exact zeros (a recording's muted lead-in): the channel is not all
+    zero, so the model runs on frames whose spectrum is exactly zero (magnitude 0, phase of
+    atan2(0, 0)) as well as on the speech. Finite, and within the tiny bound of the float64
+    reference both as a whole and over the lead-in alone (where these random weights put out
+    about twice the speech's level: ~3e-6 measured, float32 rounding)."""
+    x = _signal(8000, 3200, seed=4)
+    x[:1600] = 0.0
+    y = enhance(x, 8000, model=tiny_model)
+    expected = ref.reference_enhance(tiny_weights, TINY_CONFIG, x.astype(np.float64), 8000)
     assert np.isfinite(y).all()
+    assert rel_rmse(y, expected) <= TINY_BOUND
+    assert rel_rmse(y[:1600], expected[:1600]) <= TINY_BOUND
+
+
+def test_a_channel_of_digital_silence_stays_silent_without_the_model(tiny_model, monkeypatch):
+    """api.enhance_channels leaves an all-zero channel exactly zero and never runs the model on
+    it; the other channel of the same call is the model's output for it alone."""
+    stereo = np.stack([_signal(8000, 1600, seed=6), np.zeros(1600, np.float32)], axis=1)
+    alone = enhance(stereo[:, 0], 8000, model=tiny_model)
+    lengths = []
+    run = type(tiny_model).enhance
+    monkeypatch.setattr(type(tiny_model), "enhance",
+                        lambda self, audio, *a, **k: (lengths.append(audio.shape),
+                                                      run(self, audio, *a, **k))[1])
+    both = enhance(stereo, 8000, model=tiny_model)
+    assert lengths == [(1, 1600)]  # one model run: the speech channel's
+    np.testing.assert_array_equal(both[:, 0], alone)
+    assert not both[:, 1].any()
 
 
 def test_instance_norm_sums_stay_accurate_on_a_30s_48khz_plane():

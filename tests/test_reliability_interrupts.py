@@ -235,6 +235,6 @@ def test_a_killed_stdin_run_leaves_copies_the_next_run_removes(tmp_path, tiny_ch
 
     monkeypatch.setattr(tempfile, "tempdir", str(spool))
     result = invoke("enhance", "-", tmp_path / "o.wav", "--model", tiny_checkpoint,
-                    input=wav_bytes(np.zeros(400, np.float32)))
+                    input=make_audio(tmp_path / "speech.wav").read_bytes())
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in spool.iterdir()) == ["speechlens-stdin.someone-elses.wav"]
