@@ -6,10 +6,12 @@ STAMP  := $(VENV)/.installed
 
 .PHONY: install browser test test-fast demo bench lint clean gpu-wheels gpu-install gpu-test
 
+# The suite's extras: dev, report (scoring and the report's tests) and bench (torch==2.13.0, the
+# CPU wheel on Linux x86_64, for the PyTorch peer's tests and `make bench`).
 $(STAMP): pyproject.toml setup.py $(wildcard csrc/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev,report]'
+	$(PY) -m pip install -q -e '.[dev,report,bench]'
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -44,11 +46,10 @@ $(BASE_STAMP): pyproject.toml setup.py $(wildcard csrc/*.c)
 demo: $(BASE_STAMP)
 	$(PY) -m fixtures.demo
 
-# The PyTorch peer comes with the `bench` extra (torch==2.13.0 on Linux x86_64); BENCH_ARGS passes
-# options, e.g. make bench BENCH_ARGS="--quick" or BENCH_ARGS="--profile"; the reports go to
-# docs/bench (`speechlens bench` alone writes to a folder of the user's own).
+# The PyTorch peer comes with the `bench` extra ($(STAMP)); BENCH_ARGS passes options, e.g.
+# make bench BENCH_ARGS="--quick" or BENCH_ARGS="--profile"; the reports go to docs/bench
+# (`speechlens bench` alone writes to a folder of the user's own).
 bench: $(STAMP)
-	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install -q -e '.[bench]'
 	$(VENV)/bin/speechlens bench --out docs/bench $(BENCH_ARGS)
 
 lint: $(STAMP)

@@ -1126,6 +1126,18 @@ def test_make_demo_installs_the_package_without_the_dev_extra(tmp_path):
     assert plan.splitlines()[-1].endswith("-m fixtures.demo")
 
 
+def test_make_test_installs_torch_so_the_peer_tests_run(tmp_path):
+    """The suite's environment has the bench extra (torch, the CPU wheel on Linux x86_64):
+    without it tests/test_torch_peer.py skips, in CI too."""
+    root = Path(__file__).resolve().parents[1]
+    plan = subprocess.run(["make", "-n", "--no-print-directory", "-C", str(root), "test",
+                           f"VENV={tmp_path / 'venv'}"],
+                          capture_output=True, text=True, check=True).stdout
+    extras = [set(line.split("'.[")[1].split("]'")[0].split(","))
+              for line in plan.splitlines() if "pip install -q -e '.[" in line]
+    assert extras and all({"dev", "report", "bench"} <= each for each in extras), plan
+
+
 def test_an_interrupted_demo_leaves_no_half_written_checkpoint(tmp_path, tiny_demo, monkeypatch):
     def interrupted(folder):
         (folder / "model.safetensors").write_bytes(b"half")

@@ -1,6 +1,7 @@
 """The PyTorch peer of `speechlens bench` (speechlens_cli/bench/torch_peer.py).
 
-Skipped when torch is not installed (it is the optional extra `speechlens[bench]`).
+torch is the `bench` extra, which `make install` installs with the suite's others, so CI runs
+these; where torch is missing they are skipped and say so.
 
 Tolerances (waveform relative RMSE): the peer against the float64 reference <= 2e-5 on the tiny
 checkpoint (measured ~2.4-3.6e-6, float32 rounding); the peer against speechlens (MLX) <= 5e-5
@@ -15,8 +16,8 @@ import numpy as np
 import pytest
 
 torch = pytest.importorskip(
-    "torch", reason="no torch here: it is the `bench` extra's (speechlens[bench]), which neither "
-    "CI nor the GPU suite's environment (tools/gpu_suite.py) installs")
+    "torch", reason="no torch here: CI runs these (`make install` installs the `bench` extra); "
+    "the GPU suite's environment (tools/gpu_suite.py) has no torch")
 
 import reference as ref  # noqa: E402
 
