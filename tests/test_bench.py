@@ -18,7 +18,7 @@ from speechlens_cli import checkpoint, kernels
 from speechlens_cli.bench import cases as matrix
 from speechlens_cli.bench import report as rep
 from speechlens_cli.bench import runner
-from speechlens_cli.bench.profile import run_profile
+from speechlens_cli.bench.profiling import run_profile
 from speechlens_cli.cli import main
 from speechlens_cli.kernels import cuda_projection
 from speechlens_cli.model import scheduling

@@ -1,4 +1,5 @@
-"""The PyTorch peer of `speechlens bench` (speechlens_cli/bench/torch_peer.py).
+"""The PyTorch peers of `speechlens bench` (speechlens_cli/bench/torch_peer.py, and the
+processes runner.py starts them in).
 
 torch is the `bench` extra, which `make install` installs with the suite's others, so CI runs
 these; where torch is missing they are skipped and say so.
@@ -11,9 +12,13 @@ measured).
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import mlx.core as mx
 import numpy as np
 import pytest
+import soundfile as sf
 
 torch = pytest.importorskip(
     "torch", reason="no torch here: CI runs these (`make install` installs the `bench` extra); "
@@ -22,7 +27,7 @@ torch = pytest.importorskip(
 import reference as ref  # noqa: E402
 
 from speechlens_cli import checkpoint  # noqa: E402
-from speechlens_cli.bench import torch_peer  # noqa: E402
+from speechlens_cli.bench import runner, torch_peer  # noqa: E402
 from speechlens_cli.synthetic.checkpoints import TINY_CONFIG, make_weights  # noqa: E402
 from speechlens_cli.synthetic.speech import noisy_speech  # noqa: E402
 
@@ -105,6 +110,50 @@ def test_peer_rejects_non_float32_checkpoints(tmp_path):
                         {"x": mx.zeros((2,), dtype=mx.float16)})
     with pytest.raises(ValueError, match="F16"):
         torch_peer.read_safetensors(tmp_path / "model.safetensors")
+
+
+def _peer_result(module: str, args: dict) -> dict:
+    """Run a peer module from runner.peer_argv's command line, as the bench does: its JSON
+    result line."""
+    run = subprocess.run(runner.peer_argv(module, args), capture_output=True, text=True,
+                         check=False)
+    assert run.returncode == 0, run.stderr
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_peer_process_gives_the_peers_output(tiny_peer, tiny_checkpoint, tmp_path):
+    """peer_process in a process of its own, one window holding the whole file: its output file
+    is the peer's output in this process, to float32 rounding (<= 1e-6; the same operations)."""
+    x = _signal(8000, 2007, seed=5)
+    sf.write(tmp_path / "in.wav", x, 8000, subtype="FLOAT")
+    result = _peer_result("peer_process", {
+        "weights": str(tiny_checkpoint), "config": None, "device": "cpu",
+        "src": str(tmp_path / "in.wav"), "dst": str(tmp_path / "out.wav"), "rate": 8000,
+        "window": 1.0, "overlap": 0.25, "warmup": 0, "trials": 1, "budget_s": None,
+        "label": "test"})
+    assert result["device"] == "cpu" and len(result["times_s"]) == 1
+    out = sf.read(tmp_path / "out.wav", dtype="float32")[0]
+    expected = tiny_peer.enhance(torch.from_numpy(x)[None], 8000)[0].numpy()
+    assert rel_rmse(out, expected) <= 1e-6
+
+
+def test_nvidia_peer_process_runs_with_a_stand_in_mamba_on_the_cpu(tiny_peer, tiny_checkpoint,
+                                                                   tmp_path):
+    """nvidia_peer (CUDA and mamba_ssm where the bench runs it) with the plain Mamba in every
+    Mamba position (its `factory`) on the CPU: the plain peer's output (<= 1e-6), the fused
+    path reported off."""
+    x = _signal(8000, 2007, seed=6)
+    np.save(tmp_path / "in.npy", x)
+    result = _peer_result("nvidia_peer", {
+        "weights": str(tiny_checkpoint), "device": "cpu",
+        "factory": "speechlens_cli.bench.torch_peer:Mamba", "warmup": 0, "trials": 1,
+        "cases": [{"src": str(tmp_path / "in.npy"), "rate": 8000,
+                   "dst": str(tmp_path / "out.npy")}]})
+    assert result["info"]["fused_path"] is False
+    # per block, the time and the frequency BiMamba: two directions each
+    assert result["info"]["mamba_modules"] == 4 * TINY_CONFIG["model_cfg"]["num_tfmamba"]
+    expected = tiny_peer.enhance(torch.from_numpy(x)[None], 8000)[0].numpy()
+    assert rel_rmse(np.load(tmp_path / "out.npy"), expected) <= 1e-6
 
 
 @pytest.mark.slow

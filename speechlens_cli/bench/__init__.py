@@ -6,7 +6,7 @@ package and is imported only when the command runs.
 - runner.py: windowed end-to-end timings of speechlens (and the peer) per case;
 - cases.py: the matrix (5 s at 16/44.1/48 kHz, 120 s at 16/44.1 kHz, 30 s at 48 kHz for the
   memory target; windows of 5 and 30 s; standard and strict) and the per-backend defaults;
-- profile.py: per-component profile with evaluation barriers (--profile);
+- profiling.py: per-component profile with evaluation barriers (--profile);
 - torch_peer.py: the same model in plain PyTorch (optional extra `speechlens[bench]`);
 - report.py: JSON + Markdown reports and the performance targets; environment.py: what they name.
 """
@@ -259,7 +259,7 @@ def _profile(model, out_dir, name, rate, seconds, runs, warmup, strict, gpu, log
     from .. import checkpoint
     from .environment import environment, machine_kind
     from .inputs import bench_checkpoint, bench_speech
-    from .profile import run_profile
+    from .profiling import run_profile
 
     machine = machine_kind()
     name = name or f"{machine}-profile"

@@ -108,11 +108,11 @@ def _peer(ckpt: BenchCheckpoint, corpus: Path, out: Path, rate: int, backend: st
                 "cases": [{"src": str(f), "rate": rate, "label": f.stem,
                            "dst": str(out / f"{f.stem}.npy")} for f in files]}
         return (f"{matrix.NVIDIA_PEER}, TF32 torch defaults, each file as one window",
-                peer_argv("nvidia_peer.py", args))
+                peer_argv("nvidia_peer", args))
     args = {**common, "device": peer_device, "rate": rate, "overlap": 0.0, "warmup": 0,
             "trials": 1, "budget_s": None, "label": "corpus peer",
             "files": [{"src": str(f), "dst": str(out / f.name)} for f in files]}
-    return f"{matrix.PLAIN_PEER}, each file as one window", peer_argv("peer_process.py", args)
+    return f"{matrix.PLAIN_PEER}, each file as one window", peer_argv("peer_process", args)
 
 
 def run_corpus(ckpt: BenchCheckpoint, backend: str, spec: CorpusSpec, trials: int, peer: bool,

@@ -8,12 +8,10 @@ fused path (``mamba_inner_fn``: the ``causal_conv1d_cuda`` conv + SiLU, the
 The state dict is the same official-layout checkpoint speechlens loads: mamba_ssm's Mamba has
 exactly RE-USE's nine tensors per module.
 
-Run as a script in a process of its own (like peer_process.py: torch must load its CUDA
-libraries before MLX loads its own, and the peer's memory stays out of speechlens's process):
+Runs in a process of its own, as peer_process.py does and for its reasons (torch loads its CUDA
+libraries before MLX loads its own; the peer's memory stays out of speechlens's process), from
+the command line of runner.peer_argv; its one argument is a JSON object:
 
-    python speechlens_cli/bench/nvidia_peer.py '<JSON arguments>'
-
-Arguments (JSON object):
     weights, config   the checkpoint (model.safetensors, config.json)
     cases             list of {"src": input .npy (float32 [N]) or .wav, "rate": Hz, "label": str,
                       "dst": where the enhanced float32 [N] .npy goes (optional),
@@ -21,6 +19,8 @@ Arguments (JSON object):
     tf32              "default" (torch's own settings: cuDNN convolutions in TF32, matmuls not)
                       or "off" (full float32 everywhere, the same arithmetic as speechlens)
     warmup, trials    untimed and timed runs per case (default 3 and 10)
+    device            torch's device (default "cuda")
+    factory           "module:function" building each Mamba in place of mamba_ssm's (tests)
 
 Each case is the whole file as one window (like NVIDIA's inference script). A trial is timed from
 the NumPy input to the NumPy output (host-to-device copy, STFT, generator, iSTFT, copy back),
@@ -31,23 +31,16 @@ stderr. Needs CUDA and mamba_ssm with its CUDA extensions (mamba_ssm cannot run 
 CPU or Apple GPUs the plain-loop peer, peer_process.py, is the one to run).
 """
 
-import sys
-from pathlib import Path
-
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # this folder holds modules (profile.py, ...) that must not shadow stdlib
-
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
+import torch
 
-from speechlens_cli.bench import torch_peer
+from . import torch_peer
 
 PEER_NAME = ("NVIDIA stack (PyTorch + mamba_ssm): fused causal_conv1d + selective_scan CUDA "
              "kernels, RE-USE model of speechlens_cli/bench/torch_peer.py with "

@@ -1,36 +1,30 @@
 """Runs the PyTorch peer's timed trials in a process of its own (started by runner.py).
 
-Run as a script, not with ``-m``: torch must load its CUDA libraries before MLX loads its own.
-In one process with MLX first, torch finds MLX's older cuDNN already loaded and refuses to run
-("cuDNN version incompatibility", seen on the H200). A process of its own also keeps the peer's
-memory out of speechlens's RSS and vice versa.
+The process runs the command line of runner.peer_argv, which imports torch before this package:
+torch must load its CUDA libraries before MLX loads its own. In one process with MLX first,
+torch finds MLX's older cuDNN already loaded and refuses to run ("cuDNN version
+incompatibility", seen on the H200). A process of its own also keeps the peer's memory out of
+speechlens's RSS and vice versa.
 
-Usage: python peer_process.py '<JSON arguments>'; prints one JSON result line on stdout,
-progress on stderr.
+Its one argument is a JSON object; it prints one JSON result line on stdout, progress on
+stderr.
 """
-
-import sys
-from pathlib import Path
-
-if sys.path and Path(sys.path[0]).resolve() == Path(__file__).resolve().parent:
-    sys.path.pop(0)  # this folder holds modules (profile.py, ...) that must not shadow stdlib
-
-import torch
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 import json
 import os
+import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+import torch
+
+from . import cases, runner, torch_peer
 
 
 def main(argv: list[str]) -> int:
     args = json.loads(argv[1])
-    from speechlens_cli.bench import cases, runner, torch_peer
-
     # The same arithmetic as speechlens: full float32 unless MLX_ENABLE_TF32=1 (speechlens sets
     # it to 0 by default). torch's cuDNN convolutions use TF32 by default, which alone moved the
     # peer's waveform by 3e-3 relative RMSE on the H200.

@@ -356,7 +356,7 @@ def profile_markdown(report: dict) -> str:
                f"(the whole input), {p['mode']} mode; checkpoint: "
                f"{report['checkpoint'].rstrip('.')}. "
                "The profiler runs the model's own `enhance` with every module and kernel "
-               "wrapped (speechlens_cli/bench/profile.py): inputs are evaluated first, then the "
+               "wrapped (speechlens_cli/bench/profiling.py): inputs are evaluated first, then the "
                "component runs and its output is evaluated (`mx.eval`, plus `mx.synchronize` "
                "on a GPU); a component's time excludes the wrapped components inside it, so a "
                "container's time is its glue. These per-component barriers exist in the "

@@ -332,19 +332,22 @@ def timed_process(argv: list[str], label: str, log: Log,
     return elapsed, peak
 
 
-def peer_argv(script: str, args: dict) -> list[str]:
-    """The command line that runs a peer script of this folder in a process of its own."""
-    return [sys.executable, str(Path(__file__).with_name(script)), json.dumps(args)]
+def peer_argv(module: str, args: dict) -> list[str]:
+    """The command line that runs a peer module of this package (peer_process, nvidia_peer) as
+    __main__ in a process of its own, torch imported first: torch must load its CUDA libraries
+    before MLX, which importing this package loads, loads its own."""
+    launch = f"import runpy, torch; runpy.run_module('{__package__}.{module}', run_name='__main__')"
+    return [sys.executable, "-c", launch, json.dumps(args)]
 
 
-def _peer_process(script: str, args: dict, row: dict, label: str, log: Log) -> dict | None:
-    """Run a peer script of this folder in its own process; its last stdout line (JSON), or None
-    with row["error"] set."""
-    proc = subprocess.run(peer_argv(script, args), stdout=subprocess.PIPE, text=True,
+def _peer_process(module: str, args: dict, row: dict, label: str, log: Log) -> dict | None:
+    """Run a peer module of this package in its own process; its last stdout line (JSON), or
+    None with row["error"] set."""
+    proc = subprocess.run(peer_argv(module, args), stdout=subprocess.PIPE, text=True,
                           check=False)
     lines = proc.stdout.strip().splitlines()
     if proc.returncode != 0 or not lines:
-        row["error"] = f"{script} failed (exit {proc.returncode}; see its stderr above)"
+        row["error"] = f"{module} failed (exit {proc.returncode}; see its stderr above)"
         log(f"{label}: FAILED {row['error']}")
         return None
     return json.loads(lines[-1])
@@ -366,7 +369,7 @@ def _run_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: Path,
             "device": options.peer_device, "src": str(src), "dst": str(dst), "rate": case.rate,
             "window": case.window, "overlap": options.overlap, "warmup": warmup,
             "trials": trials, "budget_s": options.budget_s, "label": label}
-    result = _peer_process("peer_process.py", args, row, label, log)
+    result = _peer_process("peer_process", args, row, label, log)
     if result is None:
         return row
     timing = Timing(result["warmup"], result["trials_planned"], result["times_s"], result["note"])
@@ -427,7 +430,7 @@ def _run_nvidia_peer(case: matrix.Case, ckpt: BenchCheckpoint, src: Path, tmp: P
     args = {"weights": str(ckpt.weights), "config": str(ckpt.config) if ckpt.config else None,
             "device": "cuda", "tf32": tf32, "warmup": warmup, "trials": trials,
             "cases": [{"src": str(src), "rate": case.rate, "label": label, "dst": str(dst)}]}
-    result = _peer_process("nvidia_peer.py", args, row, label, log)
+    result = _peer_process("nvidia_peer", args, row, label, log)
     if result is None:
         return row
     timed, info = result["cases"][0], result["info"]

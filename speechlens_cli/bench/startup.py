@@ -39,12 +39,12 @@ def _peer(ckpt: BenchCheckpoint, src: Path, out: Path, rate: int, seconds: float
         args = {**common, "device": "cuda", "tf32": "default", "warmup": 0, "trials": 1,
                 "cases": [{"src": str(src), "rate": rate, "label": "startup", "dst": str(dst)}]}
         return (f"{matrix.NVIDIA_PEER}, TF32 torch defaults, whole file as one window",
-                peer_argv("nvidia_peer.py", args), dst)
+                peer_argv("nvidia_peer", args), dst)
     dst = out / "peer.wav"
     args = {**common, "device": peer_device, "src": str(src), "dst": str(dst), "rate": rate,
             "window": max(seconds, matrix.WINDOWS[0]), "overlap": 0.0, "warmup": 0, "trials": 1,
             "budget_s": None, "label": "startup peer"}
-    return f"{matrix.PLAIN_PEER}, file as one window", peer_argv("peer_process.py", args), dst
+    return f"{matrix.PLAIN_PEER}, file as one window", peer_argv("peer_process", args), dst
 
 
 def _read(path: Path) -> np.ndarray:
