@@ -5,6 +5,8 @@ so threads inside at once share one silence and the last one out gives it back."
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import threading
 
 from speechlens_cli.audio.libsndfile import native_stderr_silenced
@@ -44,3 +46,20 @@ def test_overlapping_threads_give_fd_2_back_when_the_last_one_leaves():
         thread.join(20)
     assert seen["after A left"] == silent   # still silent while B is inside
     assert _identity(2) == before
+
+
+def test_the_clis_messages_are_not_silenced_with_fd_2(tmp_path):
+    """A process of the CLI prints through its own descriptor: a line written while a reader
+    thread has fd 2 silenced still arrives (before, it went to /dev/null)."""
+    script = (
+        "import sys\n"
+        "from speechlens_cli.audio.libsndfile import native_stderr_silenced\n"
+        "from speechlens_cli.cli import app\n"
+        "app._stderr_of_its_own()\n"
+        "with native_stderr_silenced():\n"
+        "    print('kept while fd 2 is silent', file=sys.stderr)\n"
+        "    import os; os.write(2, b'native noise')\n"
+        "print('kept after', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=120, check=True)
+    assert done.stderr.splitlines() == ["kept while fd 2 is silent", "kept after"]

@@ -3,6 +3,10 @@ and only here."""
 
 from __future__ import annotations
 
+import io
+import os
+import sys
+
 import click
 import mlx.core as mx
 
@@ -57,5 +61,23 @@ def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> N
 @click.pass_context
 def main(ctx: click.Context) -> None:
     """Clean up recorded speech with NVIDIA's RE-USE model on MLX."""
+    _stderr_of_its_own()
     if ctx.invoked_subcommand is None:  # bare `speechlens`: the help, as asked for
         click.echo(ctx.get_help())
+
+
+def _stderr_of_its_own() -> None:
+    """Python's messages on a descriptor of their own. Fd 2 points to /dev/null for a moment
+    while a C library reads (audio's native_stderr_silenced), on the reader and writer threads
+    too, beside the main thread: an error line or the interrupt's, printed then, was lost.
+    Where stderr is no descriptor (a test runner's buffer) there is nothing to move."""
+    stream = sys.stderr
+    try:
+        if stream.fileno() != 2:
+            return
+        fd = os.dup(2)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return
+    stream.flush()
+    sys.stderr = open(fd, "w", buffering=1, encoding=stream.encoding,
+                      errors=stream.errors)
