@@ -34,7 +34,7 @@ SUBLAYERS = {
               "streams": 0, "media": 1, "formats": 1, "read": 2, "sink": 2, "tree": 3,
               "remux": 3, "writers": 4, "__init__": 5},
     "model": {"config": 0, "stft": 0, "scheduling": 0, "layers": 1, "mamba": 2,
-              "long_windows": 2, "codec": 2, "semamba": 3, "layout": 4, "__init__": 5},
+              "long_windows": 2, "encoder_decoders": 2, "semamba": 3, "layout": 4, "__init__": 5},
     "cli": {"app": 0, "license": 0, "interrupts": 0, "speed": 0, "jobs": 1, "reporting": 1,
             "before_after": 1, "runner": 2, "demo": 3, "models": 3, "doctor": 3, "enhance": 3,
             "formats": 3, "score": 3, "__init__": 4},

@@ -197,14 +197,15 @@ def test_long_window_tiles_match_reference_and_the_plain_path(tiny_model, tiny_w
     layers' context) and a partial last tile: within the tiny bound of the float64 reference,
     and within float32 rounding of the plain path (5e-6; the statistics are merged tile by
     tile instead of summed over the plane)."""
-    from speechlens_cli.model import codec, long_windows
+    from speechlens_cli.model import encoder_decoders, long_windows
 
     x = mx.array(_signal(sample_rate, sample_rate // 2 + 3))[None]
     plain = np.array(tiny_model.enhance(x, sample_rate, strict=strict))[0]
     monkeypatch.setattr(long_windows, "LONG_PLANE_BYTES", {"cpu": 0, "gpu": 0})
     monkeypatch.setattr(long_windows, "TILE_PLANE_BYTES", 12 * 4 * 163 * 16)
     calls = []
-    for owner, name in ((long_windows.TiledEncoder, "__call__"), (codec, "decode_last_stage")):
+    for owner, name in ((long_windows.TiledEncoder, "__call__"),
+                        (encoder_decoders, "decode_last_stage")):
         original = getattr(owner, name)
         monkeypatch.setattr(owner, name, lambda *a, _f=original, _n=name: (calls.append(_n),
                                                                            _f(*a))[1])

@@ -6,8 +6,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from .. import kernels
-from .codec import DenseEncoder, MagnitudeDecoder, PhaseDecoder
 from .config import ModelConfig
+from .encoder_decoders import DenseEncoder, MagnitudeDecoder, PhaseDecoder
 from .mamba import TFMambaBlock
 from .scheduling import Pending
 from .stft import istft, stft
