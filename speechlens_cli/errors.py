@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 
 class SpeechlensError(Exception):
     """Base class: a failure we can explain to the user in one line."""
@@ -59,3 +61,16 @@ class BatchFailedError(SpeechlensError):
     """A batch ran to the end but some files failed; the summary lists them."""
 
     exit_code = 3
+
+
+class GroupExit(SpeechlensError):
+    """Every rank of a launcher's group leaves together, with the code all of them decided from
+    the same gathered data (0: all done). Only the rank that `speaks` (rank 0) prints `message`
+    (None: nothing to say); then all meet at `barrier` and leave at once, because mlx.launch
+    terminates the remaining ranks as soon as one exits non-zero, and nothing may still be
+    printing by then."""
+
+    def __init__(self, code: int, message: str | None, *, speaks: bool,
+                 barrier: Callable[[], None]):
+        super().__init__(message or "")
+        self.exit_code, self.message, self.speaks, self.barrier = code, message, speaks, barrier

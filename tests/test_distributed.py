@@ -380,3 +380,44 @@ def test_ranks_that_see_different_inputs_refuse_to_start(tmp_path):
     assert error.startswith("error: the ranks see different inputs (rank 0: 1 files, 0.05 s; "
                             "rank 1: 2 files, 0.1 s)"), error
     assert not (tmp_path / "out").exists()
+
+
+class _TwoViews:
+    """A group of two ranks whose input lists differ (1 file on rank 0, 2 on rank 1)."""
+
+    size = 2
+
+    def __init__(self, rank: int):
+        self.rank, self.met = rank, 0
+
+    def all_gather_bytes(self, data: bytes, doing: str) -> list[bytes]:
+        return [json.dumps({"digest": str(files), "files": files, "seconds": 0.05 * files})
+                .encode() for files in (1, 2)]
+
+    def barrier(self) -> None:
+        self.met += 1
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_the_package_raises_and_the_cli_prints_and_exits(rank, monkeypatch, capsys):
+    """distributed leaves the process alone: it raises GroupExit, and the CLI (cli/app.py, the
+    one place errors become lines and codes) prints the line on rank 0 only, meets the others at
+    the barrier, and only then exits with the group's code (as the launched runs above see)."""
+    from speechlens_cli.cli import app
+    from speechlens_cli.errors import GroupExit
+
+    group = _TwoViews(rank)
+    with pytest.raises(GroupExit) as raised:
+        distributed.Share(rank, 2, group)._check_same_input(group, {})
+    assert (raised.value.exit_code, group.met) == (1, 0)
+    exits, handlers = [], {}
+    monkeypatch.setattr(app.os, "_exit", lambda code: exits.append((code, group.met)))
+    monkeypatch.setattr(app.signal, "signal", handlers.__setitem__)
+    app._leave_group(raised.value)
+    assert exits == [(1, 1)] and signal.SIGTERM in handlers
+    said = capsys.readouterr().err
+    if rank == 0:
+        assert said.startswith("error: the ranks see different inputs (rank 0: 1 files, 0.05 s; "
+                               "rank 1: 2 files, 0.1 s): every rank needs the same input "), said
+    else:
+        assert said == ""

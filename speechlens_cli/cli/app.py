@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import io
 import os
+import signal
 import sys
+from typing import NoReturn
 
 import click
 import mlx.core as mx
 
 from .. import __version__, kernels
-from ..errors import SpeechlensError
+from ..errors import GroupExit, SpeechlensError
 from . import interrupts
 
 
@@ -34,6 +36,8 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
+        except GroupExit as leaving:
+            _leave_group(leaving)
         except SpeechlensError as error:
             click.echo(f"error: {error}", err=True)
             ctx.exit(error.exit_code)
@@ -46,6 +50,21 @@ class _Group(click.Group):
         except KeyboardInterrupt as interrupt:   # a BatchInterrupted says how far it got
             click.echo(str(interrupt) or "interrupted (no partial output left behind)", err=True)
             ctx.exit(interrupts.exit_code())
+
+
+def _leave_group(leaving: GroupExit) -> NoReturn:
+    """Every rank of a launcher's group, together: rank 0 prints the error line, all meet at the
+    barrier, and each exits at once with the group's code."""
+    if leaving.speaks and leaving.message:
+        click.echo(f"error: {leaving}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    # Everything is reported: from here a SIGTERM (mlx.launch stops the other ranks once one
+    # exits non-zero) only makes this rank leave with the same code.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: os._exit(leaving.exit_code))
+    leaving.barrier()
+    # Leave at once rather than tear the interpreter down while the launcher watches.
+    os._exit(leaving.exit_code)
 
 
 def _show_version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:

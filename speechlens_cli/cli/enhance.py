@@ -241,7 +241,7 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
                 scores.finish(reporter.results)
             return errors
 
-        if share.in_group:  # never returns: rank 0 reports for all, every rank exits
+        if share.in_group:  # raises GroupExit: rank 0 reports for all, every rank exits
             share.run_in_group(run, new_reporter, batch=batch)
         reporter = new_reporter(True, len(jobs) + len(others))
         stack.enter_context(reporter.progress)

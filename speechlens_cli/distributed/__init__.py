@@ -16,14 +16,15 @@ With --skip-existing the plan is still made over the full list (shares stay stab
 re-runs) and each part skips inside its share.
 
 In a group every rank exits with the combined code (0 all done, 3 some files failed, 1 a rank
-stopped), after rank 0 has printed the whole report and all ranks have met at a final barrier:
+stopped), after rank 0 has printed the whole report and all ranks have met at a final barrier
+(the package raises GroupExit; the CLI prints its line and exits, cli/app.py):
 `mlx.launch` terminates the remaining ranks as soon as one exits with a non-zero code, so nothing
 may still be printing by then. (`mlx.launch` itself exits 0 whatever its ranks return; it logs
 "Node with rank R exited with code C".)
 
 Modules: ``plan`` (who does which file), ``launcher`` (joining the group a launcher started),
-``collectives`` (talking to the group), ``leaving`` (every rank's exit) and ``share`` (this
-process's part of a batch, run alone or in a group).
+``collectives`` (talking to the group) and ``share`` (this process's part of a batch, run alone
+or in a group).
 """
 
 from __future__ import annotations

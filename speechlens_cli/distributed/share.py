@@ -7,10 +7,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
-from ..errors import SpeechlensError, UsageError
+from ..errors import GroupExit, SpeechlensError, UsageError
 from ..results import FileResult
 from .collectives import Collectives
-from .leaving import leave
 from .plan import file_seconds, input_view, owners
 
 
@@ -69,16 +68,18 @@ class Share:
         if any(view["digest"] != views[0]["digest"] for view in views):
             seen = "; ".join(f"rank {rank}: {view['files']} files, {view['seconds']:g} s"
                              for rank, view in enumerate(views))
-            leave(collectives, 1, f"the ranks see different inputs ({seen}): every rank needs "
-                                  "the same input files at the same paths (a shared folder or "
-                                  "identical copies)")
+            raise GroupExit(1, f"the ranks see different inputs ({seen}): every rank needs the "
+                               "same input files at the same paths (a shared folder or identical "
+                               "copies)", speaks=collectives.rank == 0,
+                            barrier=collectives.barrier)
 
     # ---------------------------------------------------------------- running in a group
 
     def run_in_group(self, run: Callable[[Any], list[SpeechlensError]],
                      make_reporter: Callable[[bool, int], Any], *, batch: bool) -> NoReturn:
         """Run this rank's jobs quietly, gather every rank's results, let rank 0 report them as
-        one batch, meet at a barrier, and exit with the combined code on every rank.
+        one batch, and raise GroupExit with the combined code on every rank (the CLI says why on
+        rank 0, meets the others at the barrier and exits).
 
         `run(reporter)` records one result per job in order (then the non-audio files) and
         returns the per-file errors; it raises for a failure that stops the rank (no model).
@@ -101,7 +102,7 @@ class Share:
         code, message = self._outcome(parts, batch)
         if self.rank == 0:
             self._report(parts, make_reporter(True, self.jobs_total + self.others_total))
-        leave(self.collectives, code, message)
+        raise GroupExit(code, message, speaks=self.rank == 0, barrier=self.collectives.barrier)
 
     def _outcome(self, parts: list[dict], batch: bool) -> tuple[int, str | None]:
         """The combined exit code and its one-line message (the same on every rank)."""
