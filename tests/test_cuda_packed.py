@@ -18,6 +18,7 @@ import ctypes
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -237,6 +238,43 @@ def test_a_compile_error_is_reported_with_the_log():
     with pytest.raises(nvrtc.NvrtcError, match="undefined_thing"):
         nvrtc.compile_cubin(lib, 'extern "C" __global__ void k() { undefined_thing(); }', "k",
                             (9, 0))
+
+
+def _library(path: Path) -> str:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"")
+    return str(path)
+
+
+def test_nvrtc_is_found_through_nvidia_s_packages(tmp_path, monkeypatch):
+    """NVIDIA's wheel laid out as pip installs it (nvidia-cuda-nvrtc: nvidia/cu13/lib from CUDA
+    13, nvidia/cuda_nvrtc/lib before) is found through the package Python imports, after the
+    names already loadable and before the toolkit's; a folder of nvidia that is not NVRTC's
+    package is not searched."""
+    site, toolkit = tmp_path / "site", tmp_path / "cuda"
+    cu13 = [_library(site / "nvidia" / "cu13" / "lib" / name)
+            for name in ("libnvrtc.so.13", "libnvrtc.so.13.5")]
+    older = _library(site / "nvidia" / "cuda_nvrtc" / "lib" / "libnvrtc.so.12")
+    _library(site / "nvidia" / "cublas" / "lib" / "libnvrtc.so.13")
+    system = _library(toolkit / "lib64" / "libnvrtc.so.12")
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    found = nvrtc._candidates()
+    assert found[:len(nvrtc.NVRTC_NAMES)] == list(nvrtc.NVRTC_NAMES)
+    ours = [path for path in found if path.startswith(str(tmp_path))]
+    assert ours == [cu13[1], cu13[0], older, system], found
+
+
+def test_no_nvidia_package_leaves_the_names_and_the_toolkit(tmp_path, monkeypatch):
+    toolkit = tmp_path / "cuda"
+    system = _library(toolkit / "lib" / "libnvrtc.so.13")
+    monkeypatch.setattr(sys, "path", [str(tmp_path / "empty")])
+    for name in [name for name in sys.modules if name == "nvidia" or name.startswith("nvidia.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setenv("CUDA_HOME", str(toolkit))
+    found = nvrtc._candidates()
+    assert found[:len(nvrtc.NVRTC_NAMES)] == list(nvrtc.NVRTC_NAMES)
+    assert [path for path in found if path.startswith(str(tmp_path))] == [system]
 
 
 @pytest.fixture

@@ -15,16 +15,18 @@ import ctypes
 import functools
 import glob
 import hashlib
+import importlib.util
 import os
-import sys
 from pathlib import Path
 
 from .sources import cache_dir, store_in_cache
 
-#: Library names and folders where NVRTC may be: already loaded with MLX, the CUDA wheels'
-#: layout (nvidia/cu13, nvidia/cuda_nvrtc), or a toolkit.
+#: Library names and places where NVRTC may be: already loaded with MLX, NVIDIA's wheel
+#: (nvidia-cuda-nvrtc: the package nvidia.cu13 from CUDA 13, nvidia.cuda_nvrtc before), or a
+#: toolkit.
 NVRTC_NAMES = ("libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so")
-NVRTC_WHEEL_GLOBS = ("nvidia/cu13/lib/libnvrtc.so*", "nvidia/cuda_nvrtc/lib/libnvrtc.so*")
+NVRTC_PACKAGES = ("nvidia.cu13", "nvidia.cuda_nvrtc")
+NVRTC_IN_PACKAGE = "lib/libnvrtc.so*"
 TOOLKIT_LIBS = ("lib64", "lib")
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -34,11 +36,24 @@ class NvrtcError(RuntimeError):
     """NVRTC refused a kernel source (the log is in the message)."""
 
 
+def _wheel_libraries() -> list[str]:
+    """NVRTC in NVIDIA's wheels, found through their packages as Python would import them
+    (every folder of the package counts); finding the spec imports only the `nvidia` namespace,
+    which has no code in NVIDIA's wheels."""
+    paths = []
+    for package in NVRTC_PACKAGES:
+        try:
+            spec = importlib.util.find_spec(package)
+        except ImportError:  # no nvidia package at all
+            continue
+        folders = spec.submodule_search_locations if spec is not None else None
+        for folder in folders or ():
+            paths += sorted(glob.glob(os.path.join(folder, NVRTC_IN_PACKAGE)), reverse=True)
+    return paths
+
+
 def _candidates() -> list[str]:
-    paths = list(NVRTC_NAMES)
-    for root in sys.path:
-        for pattern in NVRTC_WHEEL_GLOBS:
-            paths += sorted(glob.glob(os.path.join(root or ".", pattern)), reverse=True)
+    paths = [*NVRTC_NAMES, *_wheel_libraries()]
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
         if home:
             for lib in TOOLKIT_LIBS:
