@@ -441,7 +441,7 @@ def _validate(files: CheckpointFiles, *, build: bool = False) -> _Validated:
             "`speechlens models pull`"
         )
     cfg = _read_config(files)
-    model = SEMamba(cfg) if build else None
+    model = SEMamba(cfg, files.source) if build else None
     shapes = expected_shapes(cfg) if model is None else shapes_of(model)
     _check_size(shapes, files.source)
     entries, data_start = read_header(files.weights)
@@ -492,5 +492,4 @@ def load_model(spec: str | os.PathLike | None = None, *, download: bool = True) 
     model.eval()
     mx.eval(model.parameters())
     model.prepare()
-    model.source = files.source
     return model

@@ -148,9 +148,25 @@ def test_a_load_builds_one_model(tiny_checkpoint, monkeypatch):
     layout._expected_shapes.cache_clear()   # shapes cached by an earlier test built none
     built = []
     build = SEMamba.__init__
-    monkeypatch.setattr(SEMamba, "__init__", lambda model, cfg: built.append(build(model, cfg)))
+    monkeypatch.setattr(SEMamba, "__init__", lambda model, *args: built.append(build(model, *args)))
     checkpoint.load_model(tiny_checkpoint)
     assert len(built) == 1
+
+
+def test_a_loaded_model_is_built_with_its_source(tiny_checkpoint, monkeypatch):
+    """The model knows where its weights came from from its construction on (the reports name
+    it), rather than being given an attribute once loaded."""
+    sources = []
+    build = SEMamba.__init__
+
+    def recording(model, cfg, source=None):
+        build(model, cfg, source)
+        sources.append(model.source)
+
+    monkeypatch.setattr(SEMamba, "__init__", recording)
+    model = checkpoint.load_model(tiny_checkpoint)
+    assert sources == [model.source] and model.source == checkpoint.resolve(tiny_checkpoint).source
+    assert SEMamba(model.config).source is None
 
 
 def test_nan_weights_are_rejected_at_load(tmp_path, tiny_weights):

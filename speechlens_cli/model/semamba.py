@@ -17,9 +17,11 @@ SWEEP_ZERO_SHARE = 0.5
 
 
 class SEMamba(nn.Module):
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, source: str | None = None):
+        """`source`: where the weights come from (a path, or a repo at a revision), for the
+        reports; None for a model built without a checkpoint."""
         super().__init__()
-        self.config = cfg
+        self.config, self.source = cfg, source
         self.dense_encoder = DenseEncoder(cfg.input_channel, cfg.hid_feature)
         self.TSMamba = [TFMambaBlock(cfg) for _ in range(cfg.num_tfmamba)]
         self.mask_decoder = MagnitudeDecoder(cfg.hid_feature, cfg.output_channel)
