@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import ctypes
 import importlib.util
-import os
 import sys
 from pathlib import Path
 
-BLAS_ENV = "SPEECHLENS_BLAS"
+from . import settings
+
+BLAS_ENV = settings.BLAS.name
 CANDIDATES = ("libopenblas.so.0", "libopenblas.so", "libopenblasp.so.0", "libblis.so.4",
               "libmkl_rt.so.2")
 INSTALL_HINT = ("install an optimized BLAS (Debian/Ubuntu: `apt install libopenblas0`; "
@@ -54,8 +55,8 @@ def preload() -> str | None:
     if "mlx.core" in sys.modules:
         status = "MLX was imported before speechlens: MLX keeps its own BLAS"
         return None
-    choice = os.environ.get(BLAS_ENV, "").strip()
-    if choice.lower() in ("off", "0", "none", "reference"):
+    choice = settings.BLAS.value()
+    if choice is None:
         status = f"disabled by {BLAS_ENV}"
         return None
     found = None if choice else _scipy_openblas()

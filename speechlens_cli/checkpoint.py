@@ -20,7 +20,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from . import hub
+from . import hub, settings
 from .errors import (
     CheckpointFormatError,
     ChecksumMismatchError,
@@ -41,7 +41,7 @@ PINNED_REVISION = "fe51d6495e49a1b7c28ef6e3a43820f841c944fc"
 PINNED_SHA256 = "87a4a970ce9aa79d5d92e71899ab034defcf13d93e5e4393ec0dc7db6d4ec048"
 WEIGHTS_FILE = "model.safetensors"
 CONFIG_FILE = "config.json"
-MODEL_ENV = "SPEECHLENS_MODEL"
+MODEL_ENV = settings.MODEL.name
 LICENSE_NOTE = (
     "RE-USE's weights are NVIDIA's, under the NVIDIA One-Way Noncommercial License (NSCLv1): "
     "you may use them, and anything converted or derived from them, for non-commercial "
@@ -49,7 +49,7 @@ LICENSE_NOTE = (
     "notices. Full terms: https://huggingface.co/nvidia/RE-USE (model card, license: NSCLv1)."
 )
 #: Set to 1 to accept NVIDIA's license for scripts (the CLI's --accept-license does the same).
-LICENSE_ENV = "SPEECHLENS_ACCEPT_LICENSE"
+LICENSE_ENV = settings.ACCEPT_LICENSE.name
 _license_accepted = False
 
 #: A safetensors header is parsed only up to this size: RE-USE's (1,416 tensors) is about 150 KB,
@@ -99,7 +99,7 @@ def _names_the_variable(function):
     it (spec None): a user who never typed the path sees where it was set."""
     @functools.wraps(function)
     def wrapper(spec=None, *args, **kwargs):
-        value = os.environ.get(MODEL_ENV) if spec is None or str(spec) == "" else None
+        value = settings.MODEL.value() if spec is None or str(spec) == "" else None
         try:
             return function(spec, *args, **kwargs)
         except SpeechlensError as error:
@@ -147,7 +147,7 @@ def _config_beside(config: Path) -> Path | None:
 def model_spec(spec: str | os.PathLike | None = None) -> str:
     """The checkpoint asked for: `spec`, else $SPEECHLENS_MODEL, else the pinned nvidia/RE-USE."""
     if spec is None or str(spec) == "":
-        return os.environ.get(MODEL_ENV) or DEFAULT_REPO
+        return settings.MODEL.value() or DEFAULT_REPO
     return str(spec)
 
 
@@ -189,14 +189,8 @@ def accept_license() -> None:
 
 def license_accepted() -> bool:
     """Accepted in this process, or by SPEECHLENS_ACCEPT_LICENSE; a value of it that says
-    neither yes nor no is a usage error naming it, not a silent no."""
-    if _license_accepted or _env_true(LICENSE_ENV):
-        return True
-    value = os.environ.get(LICENSE_ENV, "")
-    if value.strip().lower() not in ("", "0", "false", "no", "off"):
-        raise UsageError(f"{LICENSE_ENV}={value!r}: set it to 1 to accept NVIDIA's license "
-                         "(0 or unset: not accepted)")
-    return False
+    neither yes nor no is a SettingError naming it, not a silent no."""
+    return _license_accepted or settings.ACCEPT_LICENSE.value()
 
 
 def license_required(repo_id: str, accept_by: str = "run `speechlens models pull` in a "

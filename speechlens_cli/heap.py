@@ -13,10 +13,11 @@ SPEECHLENS_HEAP=default leaves glibc's settings alone.
 from __future__ import annotations
 
 import ctypes
-import os
 import sys
 
-HEAP_ENV = "SPEECHLENS_HEAP"
+from . import settings
+
+HEAP_ENV = settings.HEAP.name
 _M_TRIM_THRESHOLD = -1
 _M_MMAP_MAX = -4
 #: Freed memory glibc keeps at the top of the heap before returning it to the kernel.
@@ -29,7 +30,7 @@ status: str = "not attempted"
 def keep_large_buffers() -> str:
     """Switch glibc to serving large blocks from the heap and keeping them; returns status."""
     global status
-    if os.environ.get(HEAP_ENV, "").strip().lower() == "default":
+    if settings.HEAP.value():
         status = f"glibc defaults ({HEAP_ENV}=default)"
     elif not sys.platform.startswith("linux"):
         status = "system allocator (not Linux)"

@@ -782,7 +782,8 @@ def test_models_pull_shows_the_license_first(hf_cache, tiny_checkpoint, monkeypa
 
 def test_a_license_variable_that_says_neither_yes_nor_no_is_named(hf_cache, monkeypatch):
     """SPEECHLENS_ACCEPT_LICENSE=maybe was a silent no, refused with "set
-    SPEECHLENS_ACCEPT_LICENSE=1" to a user who had set it. A local checkpoint never asks."""
+    SPEECHLENS_ACCEPT_LICENSE=1" to a user who had set it: now the variable's SettingError, the
+    values it takes. A local checkpoint never asks."""
     from huggingface_hub import constants
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
@@ -792,9 +793,8 @@ def test_a_license_variable_that_says_neither_yes_nor_no_is_named(hf_cache, monk
     for command in (["models", "pull"], ["enhance", "in.wav", "out.wav"]):
         refused = invoke(*command)
         assert refused.exit_code == 2
-        assert one_error_line(refused) == ("error: SPEECHLENS_ACCEPT_LICENSE='maybe': set it to "
-                                           "1 to accept NVIDIA's license (0 or unset: not "
-                                           "accepted)")
+        assert one_error_line(refused) == ("error: SPEECHLENS_ACCEPT_LICENSE must be 1, true, "
+                                           "yes or on, or 0, false, no or off, got 'maybe'")
 
 
 def _doctor_lines(result) -> dict[str, str]:
@@ -804,8 +804,8 @@ def _doctor_lines(result) -> dict[str, str]:
 
 def test_doctor_reports_each_part_with_fixes(hf_cache, tiny_checkpoint, monkeypatch):
     lines = _doctor_lines(healthy := invoke("doctor", "--model", tiny_checkpoint))
-    assert set(lines) == {"platform", "mlx", "kernels", "selfcheck", "blas", "cache", "model",
-                          "scoring"}
+    assert set(lines) == {"platform", "settings", "mlx", "kernels", "selfcheck", "blas", "cache",
+                          "model", "scoring"}
     assert mx.__version__ in lines["mlx"] and ": ok, sha256" in lines["model"]
     assert f"backend {kernels.backend()}" in lines["kernels"]
     assert blas.INSTALL_HINT not in healthy.stdout

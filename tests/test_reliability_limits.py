@@ -290,5 +290,6 @@ def test_a_thread_count_in_other_digits_is_a_usage_error(tmp_path, tiny_checkpoi
     assert not (tmp_path / "out.wav").exists() and not leftovers(tmp_path)
     doctor = invoke("doctor", "--model", tiny_checkpoint)
     assert doctor.exit_code == 1, doctor.output
-    assert "fix: unset SPEECHLENS_CPU_THREADS or set it to a thread count" in doctor.output
+    assert ("fix: unset SPEECHLENS_CPU_THREADS or set it to a whole number of threads (1 or "
+            "more)") in doctor.output
     assert "Traceback" not in doctor.output

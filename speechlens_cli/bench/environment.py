@@ -10,7 +10,7 @@ import sys
 
 import mlx.core as mx
 
-from .. import __version__, blas, heap, kernels
+from .. import __version__, blas, heap, kernels, settings
 
 
 def cpu_model() -> str:
@@ -110,7 +110,7 @@ def shown_path(path: str) -> str:
 
 def revision() -> str:
     """The source revision measured: $SPEECHLENS_BENCH_REVISION, else git (marked if dirty)."""
-    given = os.environ.get("SPEECHLENS_BENCH_REVISION")
+    given = settings.BENCH_REVISION.value()
     if given:
         return given
     root = _ROOT
@@ -158,9 +158,9 @@ def environment(peer: dict | None = None) -> dict[str, str]:
             env["cuda tensor-core kernels"] = (
                 f"projections: {info['cuda_projections']}; encoder/decoder convs: "
                 f"{info['cuda_conv2d']}; Mamba conv: {info['cuda_mamba_conv']}")
-    settings = {k: v for k, v in os.environ.items()
-                if k.startswith(("SPEECHLENS_", "OMP_", "OPENBLAS_", "MLX_"))}
-    env["environment variables"] = ", ".join(f"{k}={v}" for k, v in sorted(settings.items())) or "-"
+    given = {k: v for k, v in os.environ.items()
+             if k.startswith(("SPEECHLENS_", "OMP_", "OPENBLAS_", "MLX_"))}
+    env["environment variables"] = ", ".join(f"{k}={v}" for k, v in sorted(given.items())) or "-"
     if peer:
         env.update(peer)
     try:

@@ -11,7 +11,6 @@ stderr.
 """
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ import numpy as np
 import soundfile as sf
 import torch
 
+from .. import settings
 from . import cases, runner, torch_peer
 
 
@@ -28,7 +28,7 @@ def main(argv: list[str]) -> int:
     # The same arithmetic as speechlens: full float32 unless MLX_ENABLE_TF32=1 (speechlens sets
     # it to 0 by default). torch's cuDNN convolutions use TF32 by default, which alone moved the
     # peer's waveform by 3e-3 relative RMSE on the H200.
-    tf32 = os.environ.get("MLX_ENABLE_TF32", "0") == "1"
+    tf32 = settings.TF32.value()
     torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.backends.cudnn.allow_tf32 = tf32
 

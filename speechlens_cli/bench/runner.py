@@ -33,7 +33,7 @@ import mlx.core as mx
 import numpy as np
 import soundfile as sf
 
-from .. import api, checkpoint, kernels
+from .. import api, checkpoint, kernels, settings
 from .. import audio as audio_io
 from ..pipeline import DEFAULT_OVERLAP, Geometry, enhance_stream
 from . import cases as matrix
@@ -241,7 +241,7 @@ def other_cpu_builds() -> list[tuple[str, str]]:
     it picks: AVX2 where the best is AVX-512, so a report has both builds' numbers. None on a
     GPU, without the library, or where SPEECHLENS_CPU_ISA already chose a build."""
     lib = kernels.cpu_library() if kernels.backend() == "cpu" else None
-    if lib is None or os.environ.get(kernels.CPU_ISA_ENV, "").strip():
+    if lib is None or settings.CPU_ISA.is_set():
         return []
     avx2 = kernels.CPU_ISA_CHOICES["avx2"]
     has_both = lib.isa() > avx2 and lib.isa(avx2) == avx2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import platform
 import sys
 import time
@@ -12,7 +13,7 @@ from pathlib import Path
 import click
 import mlx.core as mx
 
-from .. import blas, checkpoint, hub, kernels
+from .. import blas, checkpoint, hub, kernels, settings
 from ..errors import MissingExtraError, ModelNotFoundError, SpeechlensError, UsageError
 from ..model.config import ModelConfig
 from .app import main
@@ -107,12 +108,8 @@ def _kernel_check() -> Check:
     fallback to the slow MLX-op versions."""
     try:
         info = kernels.kernel_info()
-    except UsageError as error:  # a bad SPEECHLENS_CPU_THREADS or SPEECHLENS_CPU_ISA
-        if kernels.CPU_ISA_ENV in str(error):
-            return Check("kernels", str(error), f"unset {kernels.CPU_ISA_ENV} or set it to one "
-                         f"of {', '.join(kernels.CPU_ISA_CHOICES)}")
-        return Check("kernels", str(error),
-                     f"unset {kernels.CPU_THREADS_ENV} or set it to a thread count")
+    except settings.SettingError as error:  # e.g. a bad SPEECHLENS_CPU_THREADS
+        return Check("kernels", str(error), error.fix)
     text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")
     if kernels.conv_kernel_disabled():
         return Check("kernels", text + " (conv1d kernel disabled)",
@@ -128,6 +125,8 @@ def _model_check(model: str | None) -> Check:
         found = checkpoint.inspect(model, download=False)
     except ModelNotFoundError as error:
         return Check("model", str(error), "speechlens models pull (or pass --model PATH)")
+    except settings.SettingError as error:
+        return Check("model", str(error), error.fix)
     except UsageError as error:
         if str(error).startswith("HF_ENDPOINT"):
             return Check("model", str(error), _ENDPOINT_FIX)
@@ -165,11 +164,24 @@ def _scoring_check() -> Check:
                  extra={**extra, "available": True})
 
 
+def _settings_check() -> Check:
+    """The variables of settings.ALL that are set, each checked against its declaration."""
+    given = [f"{setting.name}={os.environ[setting.name].strip()[:40]}"
+             for setting in settings.ALL if setting.is_set()]
+    text = ", ".join(given) or "none set"
+    problems = settings.problems()
+    if problems:
+        return Check("settings", "; ".join(str(error) for error in problems),
+                     "; ".join(error.fix for error in problems))
+    return Check("settings", text)
+
+
 def _checks(model: str | None) -> list[Check]:
     backend = kernels.backend()
     return [
         Check("platform", f"{platform.platform()} ({platform.machine()}), "
                           f"Python {platform.python_version()}"),
+        _settings_check(),
         Check("mlx", f"{mx.__version__}, backend {backend}, default device "
                      f"{mx.default_device()}", _backend_fix(backend)),
         _kernel_check(),
@@ -190,9 +202,10 @@ def _checks(model: str | None) -> list[Check]:
                    "also available and versions).")
 @click.pass_context
 def doctor(ctx: click.Context, model: str | None, as_json: bool) -> None:
-    """Check this machine: platform, MLX backend, kernels (on a GPU, each one's self-check), BLAS,
-    model cache, scoring (`speechlens score`); exit 1 on a problem (found facts only: the BLAS
-    speed measured is shown, never judged; scoring is optional, shown, never a problem)."""
+    """Check this machine: platform, settings (the variables set, each checked), MLX backend,
+    kernels (on a GPU, each one's self-check), BLAS, model cache, scoring (`speechlens score`);
+    exit 1 on a problem (found facts only: the BLAS speed measured is shown, never judged;
+    scoring is optional, shown, never a problem)."""
     checks = _checks(model)
     problems = sum(check.fix is not None for check in checks)
     if as_json:

@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import click
 
-from .. import checkpoint, hub
+from .. import checkpoint, hub, settings
 from ..errors import ModelNotFoundError
 from .app import main
 from .license import confirm_license
@@ -38,7 +36,7 @@ def models_list() -> None:
         pinned = " (pinned)" if revision.commit == checkpoint.PINNED_REVISION else ""
         click.echo(f"{revision.repo_id}@{revision.commit[:12]}{pinned}  "
                    f"{revision.size / 1e6:.1f} MB  {revision.folder}")
-    env = os.environ.get(checkpoint.MODEL_ENV)
+    env = settings.MODEL.value()
     if env:
         click.echo(f"{checkpoint.MODEL_ENV}={env}")
     if problems:

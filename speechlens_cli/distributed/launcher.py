@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import math
 import os
 import select
 import signal
@@ -14,34 +13,16 @@ from pathlib import Path
 
 import mlx.core as mx
 
+from .. import settings
 from ..errors import SpeechlensError, UsageError
 from .collectives import Collectives
 from .share import Share
 
 #: Seconds a rank waits for its group to form; MLX's ring backend otherwise waits forever for
 #: peers that never come (launcher variables left in a shell), holding the interpreter.
-JOIN_TIMEOUT_ENV = "SPEECHLENS_JOIN_TIMEOUT_S"
-DEFAULT_JOIN_TIMEOUT_S = 60.0
-#: A day: select() takes no more than about 292 years, and no group takes a day to form.
-MAX_JOIN_TIMEOUT_S = 86400.0
+JOIN_TIMEOUT_ENV = settings.JOIN_TIMEOUT_S.name
 #: mlx.launch's hostfile lists a few hosts; more than this is not one.
 MAX_HOSTFILE_BYTES = 1 << 20
-
-
-def join_timeout(env: Mapping[str, str]) -> float:
-    """SPEECHLENS_JOIN_TIMEOUT_S: seconds above 0 and at most a day, in ASCII digits (float()
-    takes any script's digits, "nan" and "inf" too)."""
-    text = env.get(JOIN_TIMEOUT_ENV, "").strip()
-    if not text:
-        return DEFAULT_JOIN_TIMEOUT_S
-    try:
-        seconds = float(text) if text.isascii() else math.nan
-    except ValueError:
-        seconds = math.nan
-    if not 0 < seconds <= MAX_JOIN_TIMEOUT_S:
-        raise UsageError(f"{JOIN_TIMEOUT_ENV} must be a number of seconds above 0 and at most "
-                         f"{MAX_JOIN_TIMEOUT_S:g}, got {text[:40]!r}")
-    return seconds
 
 
 def _integer(text: str | None) -> int:
@@ -147,7 +128,7 @@ def _bounded_join(backend: str, seconds: float) -> Iterator[None]:
 def join(shard: tuple[int, int] | None, env: Mapping[str, str] | None = None) -> Share:
     """This process's Share: --shard's part, a launcher's group, or the whole batch. The
     launcher's settings are checked first, also for a run alone."""
-    seconds = join_timeout(os.environ if env is None else env)
+    seconds = settings.JOIN_TIMEOUT_S.value(env)
     backend = launched_backend(env)
     if shard is not None:
         if backend in ("ring", "nccl", "jaccl"):

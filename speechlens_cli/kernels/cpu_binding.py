@@ -11,16 +11,16 @@ import threading
 from importlib import machinery
 from pathlib import Path
 
-from ..errors import UsageError
+from .. import settings
 from .build import CPU_ABI_VERSION, CPU_ISAS, KERNEL_DEFINES
 from .compiler import compile_cpu_library
 from .notices import warn_once
 from .sources import cache_dir, cpu_sources_hash
 
-CPU_THREADS_ENV = "SPEECHLENS_CPU_THREADS"
+CPU_THREADS_ENV = settings.CPU_THREADS.name
 #: Which of the library's SIMD builds runs (the best this CPU has unless set): benchmarks
 #: compare them on a CPU that runs more than one.
-CPU_ISA_ENV = "SPEECHLENS_CPU_ISA"
+CPU_ISA_ENV = settings.CPU_ISA.name
 CPU_ISA_CHOICES = {"best": -1, **CPU_ISAS}
 
 _VP, _I64, _INT, _F32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_int, ctypes.c_float
@@ -200,23 +200,11 @@ def usable_cores() -> int:
 def cpu_isa() -> int:
     """The ISA SPEECHLENS_CPU_ISA asks for (best, avx512, avx2, generic), -1 (the best this CPU
     has) if unset; a build the CPU lacks resolves to its best (CpuLibrary.isa)."""
-    env = os.environ.get(CPU_ISA_ENV, "").strip().lower()
-    if not env:
-        return -1
-    if env not in CPU_ISA_CHOICES:
-        raise UsageError(f"{CPU_ISA_ENV} must be one of {', '.join(CPU_ISA_CHOICES)}, "
-                         f"got {env[:40]!r}")
-    return CPU_ISA_CHOICES[env]
+    return CPU_ISA_CHOICES[settings.CPU_ISA.value()]
 
 
 def cpu_threads() -> int:
     """SPEECHLENS_CPU_THREADS, at most the cores this process may use (the kernels are
     compute-bound: more threads only contend), else all of those cores."""
     cores = usable_cores()
-    env = os.environ.get(CPU_THREADS_ENV, "").strip()
-    if not env:
-        return cores
-    if not (env.isascii() and env.isdigit()) or not env.strip("0"):  # isdigit: any script
-        raise UsageError(f"{CPU_THREADS_ENV} must be a whole number of threads (1 or more), "
-                         f"got {env[:40]!r}")
-    return cores if len(env) > 9 else min(int(env), cores)
+    return min(settings.CPU_THREADS.value() or cores, cores)

@@ -15,17 +15,18 @@ import functools
 
 import mlx.core as mx
 
+from .. import settings
 from .build import GEMM_ROWS, GEMM_SLICE, GEMM_THREADS
 from .cuda_packed import Part, build_variant, launch
 from .cuda_projection import COLUMN_STEP, column_block, tensor_cores_enabled
 
 #: Set to 0 to run the convolutions as MLX matmuls on CUDA instead of this kernel.
-CONV_KERNEL_ENV = "SPEECHLENS_CUDA_CONV2D"
+CONV_KERNEL_ENV = settings.CUDA_CONV2D.name
 MAX_PLANES = 4  # x0 .. x3 (a dense block's last layer reads x and three outputs)
 
 
 def enabled() -> bool:
-    return tensor_cores_enabled(CONV_KERNEL_ENV)
+    return tensor_cores_enabled(settings.CUDA_CONV2D)
 
 
 def takes(planes: list[mx.array], weight: mx.array) -> bool:

@@ -19,19 +19,19 @@ written or read back, and the conv is no pass of its own.
 from __future__ import annotations
 
 import functools
-import os
 
 import mlx.core as mx
 
+from .. import settings
 from .build import GEMM_ROWS, GEMM_THREADS
 from .contract import CONV_WIDTH, LayerNormSpec, projection_geometry
 from .cuda_packed import Part, build_variant, launch, unusable
 from .nvrtc import compute_capability
 
 #: Set to 0 to run the projections through MLX's matmul on CUDA instead of this kernel.
-PROJECTION_KERNEL_ENV = "SPEECHLENS_CUDA_PROJECTION"
+PROJECTION_KERNEL_ENV = settings.CUDA_PROJECTION.name
 #: Set to 0 to run a BiMamba's in_proj conv-input half and its conv as two kernels.
-PROJECT_CONV_ENV = "SPEECHLENS_CUDA_PROJECT_CONV"
+PROJECT_CONV_ENV = settings.CUDA_PROJECT_CONV.name
 CONV_ROWS_PER_BLOCK = GEMM_ROWS - (CONV_WIDTH - 1)  # the rest: the conv's taps
 
 
@@ -45,23 +45,22 @@ def column_block(n: int) -> int:
     return 64 if n >= 64 else -(-n // COLUMN_STEP) * COLUMN_STEP
 
 
-def tensor_cores_enabled(switch: str) -> bool:
-    """Whether a kernel on sl_gemm_cuda.h runs here: its environment `switch` is not 0 / false
-    / off, the GPU has TF32 mma (compute capability 8.0+) and precompiled kernels load."""
-    if os.environ.get(switch, "1").strip().lower() in ("0", "false", "off"):
+def tensor_cores_enabled(switch: settings.Setting) -> bool:
+    """Whether a kernel on sl_gemm_cuda.h runs here: its `switch` is on, the GPU has TF32 mma
+    (compute capability 8.0+) and precompiled kernels load."""
+    if not switch.value():
         return False
     arch = compute_capability()
     return arch is not None and arch >= (8, 0) and not unusable()
 
 
 def enabled() -> bool:
-    return tensor_cores_enabled(PROJECTION_KERNEL_ENV)
+    return tensor_cores_enabled(settings.CUDA_PROJECTION)
 
 
 def project_conv_enabled() -> bool:
-    """project_conv runs: the projection kernel does and SPEECHLENS_CUDA_PROJECT_CONV is not
-    0 / false / off."""
-    return enabled() and tensor_cores_enabled(PROJECT_CONV_ENV)
+    """project_conv runs: the projection kernel does and SPEECHLENS_CUDA_PROJECT_CONV is on."""
+    return enabled() and tensor_cores_enabled(settings.CUDA_PROJECT_CONV)
 
 
 def _geometry(terms: list[tuple[mx.array, mx.array]],

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 
+from .. import settings
 from . import cuda_conv2d, cuda_packed, cuda_projection, gpu, selfcheck
 from .contract import (
     CONV_WIDTH,
@@ -32,8 +31,8 @@ from .fallback import conv1d_fallback, selective_scan_ops, two_direction_delta_r
 from .gpu import CUDA_MAX_DT_RANK, launch_description
 from .notices import warn_once
 
-DISABLE_CONV_ENV = "SPEECHLENS_DISABLE_METAL_CONV1D"
-DISABLE_CONV_ENV_ALIAS = "SPEECHLENS_DISABLE_CONV1D_KERNEL"
+DISABLE_CONV_ENV = settings.DISABLE_CONV1D.name
+DISABLE_CONV_ENV_ALIAS = settings.DISABLE_CONV1D_ALIAS.name
 
 
 def gpu_backend() -> str | None:
@@ -53,8 +52,7 @@ def backend() -> str:
 
 
 def conv_kernel_disabled() -> bool:
-    return any(os.environ.get(k, "").strip() not in ("", "0")
-               for k in (DISABLE_CONV_ENV, DISABLE_CONV_ENV_ALIAS))
+    return settings.DISABLE_CONV1D.value() or settings.DISABLE_CONV1D_ALIAS.value()
 
 
 def causal_conv1d(x: mx.array, weight: mx.array, bias: mx.array, silu: bool = False) -> mx.array:

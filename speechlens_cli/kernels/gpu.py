@@ -4,10 +4,10 @@ each variant before the dispatch first launches it."""
 from __future__ import annotations
 
 import functools
-import os
 
 import mlx.core as mx
 
+from .. import settings
 from .build import define_lines
 from .contract import D_STATE
 from .sources import source
@@ -21,7 +21,7 @@ SCAN_INPUTS = ("u", "delta_raw", "A_log", "Bs", "Cs", "Dskip", "z")
 # The CUDA scan can fuse the dt projection: dt is delta_raw or the projection's rank-R input.
 CUDA_SCAN_INPUTS = ("u", "dt", "dt_w", "dt_b", "A_log", "Bs", "Cs", "Dskip", "z")
 OUTPUTS = ("out",)
-THREADGROUP_ENV = "SPEECHLENS_GPU_THREADGROUP"
+THREADGROUP_ENV = settings.GPU_THREADGROUP.name
 GPU_THREADGROUP = 256  # threads per threadgroup / CUDA block (THREADGROUP_ENV overrides)
 # The CUDA scan (selective_scan_cuda_body.h): 128 threads per block, B/C staged per block in
 # chunks of 16 steps (standard) or 32 (strict). The kernel takes both as template values (TG,
@@ -70,7 +70,7 @@ def _gpu_kernel(name: str, which: str):
 
 
 def threadgroup() -> int:
-    return int(os.environ.get(THREADGROUP_ENV, GPU_THREADGROUP))
+    return settings.GPU_THREADGROUP.value() or GPU_THREADGROUP
 
 
 def gpu_conv(x: mx.array, weight: mx.array, bias: mx.array, which: str,
@@ -120,7 +120,7 @@ def metal_bimamba_scan(u: mx.array, delta_raw: mx.array, z: mx.array, B: mx.arra
 
 
 def cuda_scan_threads() -> int:
-    return int(os.environ.get(THREADGROUP_ENV, CUDA_SCAN_THREADS))
+    return settings.GPU_THREADGROUP.value() or CUDA_SCAN_THREADS
 
 
 def gpu_scan(u, delta_raw, A_log, B, C, D, z, strict: bool, which: str,

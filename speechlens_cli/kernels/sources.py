@@ -7,18 +7,19 @@ import os
 import tempfile
 from pathlib import Path
 
+from .. import settings
 from . import build
 
-SOURCE_DIR_ENV = "SPEECHLENS_KERNEL_DIR"
-CACHE_DIR_ENV = "SPEECHLENS_CACHE_DIR"
+SOURCE_DIR_ENV = settings.KERNEL_DIR.name
+CACHE_DIR_ENV = settings.CACHE_DIR.name
 _PACKAGE = Path(__file__).resolve().parents[1]  # speechlens_cli/
 
 
 def kernel_source_dir() -> Path:
     """Folder holding the kernel sources: the wheel's ``speechlens_cli/kernel_src`` or the
     checkout's ``kernels/`` (editable install), unless ``SPEECHLENS_KERNEL_DIR`` is set."""
-    override = os.environ.get(SOURCE_DIR_ENV)
-    candidates = ([Path(override)] if override
+    override = settings.KERNEL_DIR.value()
+    candidates = ([override] if override
                   else [_PACKAGE / "kernel_src", _PACKAGE.parent / "kernels"])
     for folder in candidates:
         if (folder / "sl_mamba.h").is_file():
@@ -42,9 +43,9 @@ def cpu_sources_hash() -> str:
 def cache_dir() -> Path:
     """Where kernels compiled at run time are kept: ``SPEECHLENS_CACHE_DIR``, else
     ``$XDG_CACHE_HOME/speechlens``, else ``~/.cache/speechlens``."""
-    root = os.environ.get(CACHE_DIR_ENV)
+    root = settings.CACHE_DIR.value()
     if root:
-        return Path(root)
+        return root
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "speechlens"
 

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import mlx.core as mx
 import mlx.nn as nn
 
-from .. import kernels
+from .. import kernels, settings
 from .scheduling import in_turn, joined, rows_with_halo, time_tiles
 
 _SUM_BLOCK = 64
@@ -174,11 +172,7 @@ def _cudnn_conv(x: mx.array, weight: mx.array, bias: mx.array | None, stride, pa
 
 def _cudnn_convs() -> bool:
     """Whether convs go to mx.conv2d: on a GPU with TF32 on (cuDNN's choice of algorithms)."""
-    return mx.default_device() != mx.cpu and _tf32_enabled()
-
-
-def _tf32_enabled() -> bool:
-    return os.environ.get("MLX_ENABLE_TF32", "1").strip() not in ("0", "false", "False", "")
+    return mx.default_device() != mx.cpu and settings.TF32.value()
 
 
 class InstanceNorm(nn.Module):

@@ -1,0 +1,185 @@
+"""Every environment variable speechlens interprets, declared once: name, default, what a valid
+value is, and one line of help (README's table of variables and `speechlens doctor` read ALL).
+
+A value is read from the environment at each use and parsed here only: importing reads nothing,
+and a change to os.environ (a test's monkeypatch.setenv, an API user's own) counts from the next
+use, with no cache to reload. One rule for every variable: unset or blank is the default; a
+switch is on for 1, true, yes or on and off for 0, false, no or off (any case); any other value
+is a SettingError naming the variable. MLX_ENABLE_TF32 is MLX's: read as MLX reads it (an
+integer, nonzero is on; blank is 0), and a value MLX would misread is refused.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import UsageError
+
+_ON = ("1", "true", "yes", "on")
+_OFF = ("0", "false", "no", "off")
+#: The CPU kernel builds SPEECHLENS_CPU_ISA names (kernels.build.CPU_ISAS and "best": a test
+#: holds them equal; importing the kernels here would import MLX).
+CPU_ISA_NAMES = ("best", "avx512", "avx2", "generic")
+#: SPEECHLENS_BLAS values that load no BLAS (MLX's own reference matmul).
+BLAS_OFF = ("off", "0", "none", "reference")
+#: A day: select() takes no more than about 292 years, and no group takes a day to form.
+MAX_JOIN_TIMEOUT_S = 86400.0
+
+
+class SettingError(UsageError):
+    """A variable's value that its declaration refuses; `setting` says which, and what would
+    fix it, so a caller (doctor) never reads the message."""
+
+    def __init__(self, setting: Setting, text: str):
+        super().__init__(f"{setting.name} must be {setting.expects}, got {text[:40]!r}")
+        self.setting = setting
+
+    @property
+    def fix(self) -> str:
+        return f"unset {self.setting.name} or set it to {self.setting.expects}"
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One variable. `parse` takes the stripped text and raises ValueError on a bad one."""
+
+    name: str
+    parse: Callable[[str], object]
+    default: object
+    expects: str
+    help: str
+    #: A blank value is the default (False: it is parsed, as MLX's atoi reads "" as 0).
+    blank_is_default: bool = True
+
+    def value(self, env: Mapping[str, str] | None = None):
+        """The value in `env` (default: this process's environment), else the default."""
+        text = (os.environ if env is None else env).get(self.name)
+        if text is None or (self.blank_is_default and not text.strip()):
+            return self.default
+        try:
+            return self.parse(text.strip())
+        except ValueError:
+            raise SettingError(self, text.strip()) from None
+
+    def is_set(self, env: Mapping[str, str] | None = None) -> bool:
+        return bool((os.environ if env is None else env).get(self.name, "").strip())
+
+
+def _switch(text: str) -> bool:
+    if text.lower() in _ON:
+        return True
+    if text.lower() in _OFF:
+        return False
+    raise ValueError(text)
+
+
+#: A count of more digits reads as this (int() refuses 4,300 digits; no machine has more).
+_MAX_COUNT = 10**18
+
+
+def _count(text: str) -> int:
+    """ASCII digits above 0 (int() takes any script's digits)."""
+    if not (text.isascii() and text.isdigit()) or not text.strip("0"):
+        raise ValueError(text)
+    return int(text) if len(text) <= 18 else _MAX_COUNT
+
+
+def _mlx_integer(text: str) -> bool:
+    """MLX's atoi: an integer is read, anything else as 0, so "true" would be off: refused."""
+    digits = text[1:] if text[:1] in "+-" else text
+    if text and not (digits.isascii() and digits.isdigit()):
+        raise ValueError(text)
+    return bool(text) and int(text) != 0
+
+
+def _cpu_isa(text: str) -> str:
+    if text.lower() not in CPU_ISA_NAMES:
+        raise ValueError(text)
+    return text.lower()
+
+
+def _seconds(text: str) -> float:
+    """Seconds above 0 and at most a day, in ASCII (float() takes any script's digits, "nan"
+    and "inf" too)."""
+    seconds = float(text) if text.isascii() else float("nan")
+    if not 0 < seconds <= MAX_JOIN_TIMEOUT_S:
+        raise ValueError(text)
+    return seconds
+
+
+def _is_default(text: str) -> bool:
+    """SPEECHLENS_HEAP: read at import, so no value is refused (an error there would be a
+    traceback, not one line)."""
+    return text.lower() == "default"
+
+
+def _blas(text: str) -> str | None:
+    """None for a value that loads no BLAS, else the library's name or path (read at import:
+    no value is refused)."""
+    return None if text.lower() in BLAS_OFF else text
+
+
+_SWITCH = "1, true, yes or on, or 0, false, no or off"
+
+MODEL = Setting("SPEECHLENS_MODEL", str, None, "a checkpoint path or a Hugging Face repo id",
+                "the checkpoint used when --model is not given (default: nvidia/RE-USE)")
+ACCEPT_LICENSE = Setting("SPEECHLENS_ACCEPT_LICENSE", _switch, False, _SWITCH,
+                         "on: NVIDIA's license for the RE-USE weights is accepted (scripts)")
+CACHE_DIR = Setting("SPEECHLENS_CACHE_DIR", Path, None, "a folder",
+                    "compiled kernels and measured speeds (default: "
+                    "$XDG_CACHE_HOME/speechlens, else ~/.cache/speechlens)")
+KERNEL_DIR = Setting("SPEECHLENS_KERNEL_DIR", Path, None, "a folder",
+                     "the kernel sources (default: the installed package's, or the checkout's)")
+BLAS = Setting("SPEECHLENS_BLAS", _blas, "", "a BLAS library's name or path, or off",
+               "the BLAS loaded for MLX's CPU matmuls (default: the first optimized one found; "
+               f"{', '.join(BLAS_OFF)}: none)")
+HEAP = Setting("SPEECHLENS_HEAP", _is_default, False, "default",
+               "default: leave glibc's large-block settings alone (Linux; other values: "
+               "speechlens' settings)")
+CPU_ISA = Setting("SPEECHLENS_CPU_ISA", _cpu_isa, "best", "one of " + ", ".join(CPU_ISA_NAMES),
+                  "the CPU kernels' build (default: the best this CPU runs)")
+_THREADS = "a whole number of threads (1 or more)"
+CPU_THREADS = Setting("SPEECHLENS_CPU_THREADS", _count, None, _THREADS,
+                      "threads of the CPU kernels, at most the usable cores (default: all)")
+GPU_THREADGROUP = Setting("SPEECHLENS_GPU_THREADGROUP", _count, None, _THREADS,
+                          "threads per group of the GPU conv kernels and per block of the CUDA "
+                          "scan (default: each kernel's own)")
+CUDA_PROJECTION = Setting("SPEECHLENS_CUDA_PROJECTION", _switch, True, _SWITCH,
+                          "off: the projections run as MLX matmuls on CUDA")
+CUDA_PROJECT_CONV = Setting("SPEECHLENS_CUDA_PROJECT_CONV", _switch, True, _SWITCH,
+                            "off: a BiMamba's in_proj and its conv run as two CUDA kernels")
+CUDA_CONV2D = Setting("SPEECHLENS_CUDA_CONV2D", _switch, True, _SWITCH,
+                      "off: the 2-D convolutions run as MLX matmuls on CUDA")
+DISABLE_CONV1D = Setting("SPEECHLENS_DISABLE_METAL_CONV1D", _switch, False, _SWITCH,
+                         "on: the causal conv1d runs as MLX ops instead of its kernel")
+DISABLE_CONV1D_ALIAS = Setting("SPEECHLENS_DISABLE_CONV1D_KERNEL", _switch, False, _SWITCH,
+                               "the same as SPEECHLENS_DISABLE_METAL_CONV1D")
+JOIN_TIMEOUT_S = Setting("SPEECHLENS_JOIN_TIMEOUT_S", _seconds, 60.0,
+                         f"a number of seconds above 0 and at most {MAX_JOIN_TIMEOUT_S:g}",
+                         "how long a launched process waits for its ring group to form")
+BENCH_REVISION = Setting("SPEECHLENS_BENCH_REVISION", str, None, "a revision",
+                         "the source revision a bench report names (default: git's)")
+TF32 = Setting("MLX_ENABLE_TF32", _mlx_integer, True, "an integer (0: off)",
+               "MLX's TF32 matmuls and convolutions; speechlens sets 0 (full float32) unless "
+               "it is set", blank_is_default=False)
+MAX_MB_PER_BUFFER = Setting("MLX_MAX_MB_PER_BUFFER", _count, None, "a whole number above 0",
+                            "MLX's CUDA command-graph size, read by MLX; speechlens sets 10 on "
+                            "CUDA unless it is set")
+
+ALL = (MODEL, ACCEPT_LICENSE, CACHE_DIR, KERNEL_DIR, BLAS, HEAP, CPU_ISA, CPU_THREADS,
+       GPU_THREADGROUP, CUDA_PROJECTION, CUDA_PROJECT_CONV, CUDA_CONV2D, DISABLE_CONV1D,
+       DISABLE_CONV1D_ALIAS, JOIN_TIMEOUT_S, BENCH_REVISION, TF32, MAX_MB_PER_BUFFER)
+
+
+def problems(env: Mapping[str, str] | None = None) -> list[SettingError]:
+    """Every variable whose value its declaration refuses (doctor's settings check)."""
+    found = []
+    for setting in ALL:
+        try:
+            setting.value(env)
+        except SettingError as error:
+            found.append(error)
+    return found
