@@ -10,8 +10,6 @@ from pathlib import Path
 from .. import settings
 from . import build
 
-SOURCE_DIR_ENV = settings.KERNEL_DIR.name
-CACHE_DIR_ENV = settings.CACHE_DIR.name
 _PACKAGE = Path(__file__).resolve().parents[1]  # speechlens_cli/
 
 
