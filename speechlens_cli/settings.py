@@ -122,7 +122,15 @@ def _blas(text: str) -> str | None:
     return None if text.lower() in BLAS_OFF else text
 
 
+def _launcher_number(text: str) -> int | None:
+    """A launcher's size or rank: ASCII digits, at most 12 (int() takes any script's, and '²'
+    breaks it); None for anything else, a leftover that makes no launch."""
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else None
+
+
 _SWITCH = "1, true, yes or on, or 0, false, no or off"
+#: A launcher's variables are never refused: left in a shell, they must not stop a run alone.
+_LAUNCHER = "a launcher's (never refused)"
 
 MODEL = Setting("SPEECHLENS_MODEL", str, None, "a checkpoint path or a Hugging Face repo id",
                 "the checkpoint used when --model is not given (default: nvidia/RE-USE)")
@@ -169,9 +177,30 @@ MAX_MB_PER_BUFFER = Setting("MLX_MAX_MB_PER_BUFFER", _count, None, "a whole numb
                             "MLX's CUDA command-graph size, read by MLX; speechlens sets 10 on "
                             "CUDA unless it is set")
 
+# The launchers' variables distributed/launcher.py reads: only a full, consistent set is a launch.
+def _launcher(name: str, help: str, parse: Callable[[str], object] = _launcher_number) -> Setting:
+    return Setting(name, parse, None, _LAUNCHER, help)
+
+
+MLX_RANK = _launcher("MLX_RANK", "mlx.launch: this process's rank (with MLX_HOSTFILE, "
+                     "NCCL_HOST_IP or MLX_IBV_DEVICES)")
+JACCL_RANK = _launcher("JACCL_RANK", "mlx.launch (jaccl): this process's rank")
+MLX_HOSTFILE = _launcher("MLX_HOSTFILE", "mlx.launch (ring): the JSON list of hosts; a group "
+                         "of more than one", Path)
+MLX_WORLD_SIZE = _launcher("MLX_WORLD_SIZE", "mlx.launch (nccl): processes in the group")
+NCCL_HOST_IP = _launcher("NCCL_HOST_IP", "mlx.launch (nccl): the host", str)
+MLX_IBV_DEVICES = _launcher("MLX_IBV_DEVICES", "mlx.launch (jaccl): the RDMA devices", str)
+JACCL_IBV_DEVICES = _launcher("JACCL_IBV_DEVICES", "the same as MLX_IBV_DEVICES", str)
+OMPI_SIZE = _launcher("OMPI_COMM_WORLD_SIZE", "mpirun (Open MPI): processes in the group")
+OMPI_RANK = _launcher("OMPI_COMM_WORLD_RANK", "mpirun (Open MPI): this process's rank")
+PMI_SIZE = _launcher("PMI_SIZE", "mpirun (MPICH): processes in the group")
+PMI_RANK = _launcher("PMI_RANK", "mpirun (MPICH): this process's rank")
+
 ALL = (MODEL, ACCEPT_LICENSE, CACHE_DIR, KERNEL_DIR, BLAS, HEAP, CPU_ISA, CPU_THREADS,
        GPU_THREADGROUP, CUDA_PROJECTION, CUDA_PROJECT_CONV, CUDA_CONV2D, DISABLE_CONV1D,
-       DISABLE_CONV1D_ALIAS, JOIN_TIMEOUT_S, BENCH_REVISION, TF32, MAX_MB_PER_BUFFER)
+       DISABLE_CONV1D_ALIAS, JOIN_TIMEOUT_S, BENCH_REVISION, TF32, MAX_MB_PER_BUFFER,
+       MLX_RANK, JACCL_RANK, MLX_HOSTFILE, MLX_WORLD_SIZE, NCCL_HOST_IP, MLX_IBV_DEVICES,
+       JACCL_IBV_DEVICES, OMPI_SIZE, OMPI_RANK, PMI_SIZE, PMI_RANK)
 
 
 def problems(env: Mapping[str, str] | None = None) -> list[SettingError]:

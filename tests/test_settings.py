@@ -107,6 +107,18 @@ def test_a_launcher_environment_is_read_the_same_way():
             settings.JOIN_TIMEOUT_S.value({"SPEECHLENS_JOIN_TIMEOUT_S": text})
 
 
+def test_a_launchers_leftovers_are_never_refused():
+    """Launcher variables left in a shell must not stop a run alone: a value that names no
+    rank or size reads as none."""
+    leftovers = {"MLX_RANK": "\u00b2", "MLX_WORLD_SIZE": "\u0663", "PMI_SIZE": "many",
+                 "OMPI_COMM_WORLD_RANK": "9" * 13, "MLX_HOSTFILE": " "}
+    assert settings.problems(leftovers) == []
+    assert [settings.MLX_RANK.value(leftovers), settings.MLX_WORLD_SIZE.value(leftovers),
+            settings.PMI_SIZE.value(leftovers), settings.OMPI_RANK.value(leftovers),
+            settings.MLX_HOSTFILE.value(leftovers)] == [None] * 5
+    assert settings.PMI_RANK.value({"PMI_RANK": " 3 "}) == 3
+
+
 def test_doctor_reports_a_bad_setting_from_its_declaration(monkeypatch, tiny_checkpoint):
     monkeypatch.setenv("SPEECHLENS_CUDA_CONV2D", "maybe")
     result = invoke("doctor", "--json", "--model", tiny_checkpoint)

@@ -25,16 +25,9 @@ JOIN_TIMEOUT_ENV = settings.JOIN_TIMEOUT_S.name
 MAX_HOSTFILE_BYTES = 1 << 20
 
 
-def _integer(text: str | None) -> int:
-    """A launcher's count (0 unless ASCII digits: int() takes any script's, and '²' breaks it)."""
-    text = (text or "").strip()
-    return int(text) if text.isascii() and text.isdigit() and len(text) <= 12 else 0
-
-
-def _rank_of(env: Mapping[str, str], rank: str, size: int) -> bool:
-    """The rank variable is there and names one of `size` processes."""
-    value = env.get(rank, "").strip()
-    return value.isascii() and value.isdigit() and int(value) < size
+def _in_group(rank: int | None, size: int | None) -> bool:
+    """A group of more than one process, and a rank that names one of them."""
+    return size is not None and size > 1 and rank is not None and rank < size
 
 
 def _ring_size(hostfile: Path) -> int:
@@ -79,20 +72,18 @@ def launched_backend(env: Mapping[str, str] | None = None) -> str | None:
     together with the rank variable of the same launcher, in range. `mlx.launch -n 1` writes
     an empty hostfile: that is one process, not a group.
     """
-    env = os.environ if env is None else env
-    if "MLX_RANK" in env or "JACCL_RANK" in env:
-        if env.get("NCCL_HOST_IP"):
-            size = _integer(env.get("MLX_WORLD_SIZE"))
-            return "nccl" if size > 1 and _rank_of(env, "MLX_RANK", size) else None
-        if env.get("MLX_IBV_DEVICES") or env.get("JACCL_IBV_DEVICES"):
+    rank = settings.MLX_RANK.value(env)
+    if settings.MLX_RANK.is_set(env) or settings.JACCL_RANK.is_set(env):
+        if settings.NCCL_HOST_IP.value(env):
+            return "nccl" if _in_group(rank, settings.MLX_WORLD_SIZE.value(env)) else None
+        if settings.MLX_IBV_DEVICES.value(env) or settings.JACCL_IBV_DEVICES.value(env):
             return "jaccl"
-        if env.get("MLX_HOSTFILE"):
-            size = _ring_size(Path(env["MLX_HOSTFILE"]))
-            return "ring" if size > 1 and _rank_of(env, "MLX_RANK", size) else None
-    for size_name, rank_name in (("OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK"),
-                                 ("PMI_SIZE", "PMI_RANK")):
-        size = _integer(env.get(size_name))
-        if size > 1 and _rank_of(env, rank_name, size):
+        hostfile = settings.MLX_HOSTFILE.value(env)
+        if hostfile:
+            return "ring" if _in_group(rank, _ring_size(hostfile)) else None
+    for size, group_rank in ((settings.OMPI_SIZE, settings.OMPI_RANK),
+                             (settings.PMI_SIZE, settings.PMI_RANK)):
+        if _in_group(group_rank.value(env), size.value(env)):
             return "mpi"
     return None
 
