@@ -6,7 +6,8 @@ and a change to os.environ (a test's monkeypatch.setenv, an API user's own) coun
 use, with no cache to reload. One rule for every variable: unset or blank is the default; a
 switch is on for 1, true, yes or on and off for 0, false, no or off (any case); any other value
 is a SettingError naming the variable. MLX_ENABLE_TF32 is MLX's: read as MLX reads it (an
-integer, nonzero is on; blank is 0), and a value MLX would misread is refused.
+integer, nonzero is on; blank is 0), and a value MLX would misread is refused. A launcher's
+variables are the exception: never refused, as they may be leftovers in a shell.
 """
 
 from __future__ import annotations
