@@ -41,6 +41,7 @@ SUBLAYERS = {
     "scoring": {"extra": 0, "speech": 1, "dnsmos": 2, "reference_metrics": 2, "__init__": 3},
     "report": {"scores": 0, "excerpt": 0, "pictures": 1, "page": 1, "pages": 2, "__init__": 3},
     "distributed": {"plan": 0, "collectives": 0, "share": 1, "launcher": 2, "__init__": 3},
+    "checkpoint": {"locate": 0, "validate": 1, "load": 2, "__init__": 3},
 }
 #: Loaded by path from setup.py, before speechlens (and MLX) is installed: standard library only.
 STANDALONE = ("kernels", "build")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from speechlens_cli import checkpoint
+from speechlens_cli import checkpoint, hub
 from speechlens_cli.cli import main
 from speechlens_cli.errors import (
     CheckpointFormatError,
@@ -62,7 +62,7 @@ def test_verify_accepts_good_fixture(tiny_checkpoint):
     code, output = _verify(tiny_checkpoint)
     assert code == 0, output
     assert "tensors:    184" in output and "ok: compatible" in output
-    assert checkpoint.file_sha256(tiny_checkpoint / "model.safetensors") in output
+    assert hub.file_sha256(tiny_checkpoint / "model.safetensors") in output
 
 
 @pytest.fixture(scope="module")

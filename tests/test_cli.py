@@ -788,7 +788,7 @@ def test_a_license_variable_that_says_neither_yes_nor_no_is_named(hf_cache, monk
 
     monkeypatch.delenv("HF_HUB_OFFLINE")
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setattr(checkpoint, "_license_accepted", False)   # not by an earlier test
+    monkeypatch.setattr(checkpoint.locate, "_license_accepted", False)   # not by an earlier test
     monkeypatch.setenv(checkpoint.LICENSE_ENV, "maybe")
     for command in (["models", "pull"], ["enhance", "in.wav", "out.wav"]):
         refused = invoke(*command)

@@ -398,7 +398,7 @@ def test_the_license_comes_before_any_download_and_an_unreachable_hub_fails_fast
     monkeypatch.delenv(checkpoint.LICENSE_ENV, raising=False)
     monkeypatch.delenv(checkpoint.MODEL_ENV, raising=False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
-    monkeypatch.setattr(checkpoint, "_license_accepted", False)
+    monkeypatch.setattr(checkpoint.locate, "_license_accepted", False)
     with pytest.raises(LicenseRequiredError) as refused:
         checkpoint.resolve()
     assert checkpoint.LICENSE_NOTE in str(refused.value)

@@ -69,8 +69,8 @@ def local_hub(tmp_path, monkeypatch, tiny_checkpoint):
         monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
         for name in ("HF_HUB_OFFLINE", checkpoint.LICENSE_ENV, checkpoint.MODEL_ENV):
             monkeypatch.delenv(name, raising=False)
-        monkeypatch.setattr(checkpoint, "_license_accepted", False)
-        monkeypatch.setattr(checkpoint, "PINNED_SHA256",
+        monkeypatch.setattr(checkpoint.locate, "_license_accepted", False)
+        monkeypatch.setattr(checkpoint.locate, "PINNED_SHA256",
                             hashlib.sha256(files[checkpoint.WEIGHTS_FILE]).hexdigest())
         yield local
 
@@ -108,7 +108,7 @@ def test_enhance_reuses_the_cache_offline(tmp_path, local_hub, monkeypatch):
     local_hub.close()
     asked = len(local_hub.requests)
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    monkeypatch.setattr(checkpoint, "_license_accepted", False)
+    monkeypatch.setattr(checkpoint.locate, "_license_accepted", False)
     result = invoke("enhance", source, tmp_path / "offline.wav")
     assert result.exit_code == 0, result.output
     assert len(local_hub.requests) == asked
@@ -128,7 +128,7 @@ def test_a_download_failing_its_checksum_is_not_kept(tmp_path, local_hub):
     local_hub.faults.altered = False
     again = invoke("models", "pull", "--accept-license")
     assert again.exit_code == 0, again.output
-    assert checkpoint.PINNED_SHA256 in again.output
+    assert checkpoint.locate.PINNED_SHA256 in again.output
 
 
 def test_a_transfer_cut_halfway_resumes_where_it_stopped(tmp_path, local_hub, monkeypatch):
@@ -144,7 +144,7 @@ def test_a_transfer_cut_halfway_resumes_where_it_stopped(tmp_path, local_hub, mo
     assert len(ranges) == 2 and ranges[0] is None, ranges
     resumed_at = int(ranges[1].removeprefix("bytes=").rstrip("-"))
     assert 0 < resumed_at <= size // 2, (resumed_at, size)
-    assert checkpoint.PINNED_SHA256 in result.output
+    assert checkpoint.locate.PINNED_SHA256 in result.output
 
 
 #: fault -> (what the hub does, text of the one line, seconds it may take)
