@@ -881,7 +881,8 @@ CUDA_CONV2D_CASES = [
 ]
 
 
-@pytest.mark.skipif(BACKEND != "cuda", reason="tests the CUDA conv kernel (no CUDA here)")
+@pytest.mark.skipif(BACKEND != "cuda", reason="tests the CUDA conv kernel (no CUDA here): the "
+                    "GPU suite runs it on an NVIDIA host (make gpu-test)")
 @pytest.mark.parametrize("case", range(len(CUDA_CONV2D_CASES)))
 def test_cuda_conv2d_matches_float64(case, monkeypatch):
     """The tensor-core conv on the GPU (its logic runs on the CPU in test_gemm_source.py)."""
