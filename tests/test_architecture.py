@@ -173,3 +173,22 @@ def test_the_checker_flags_an_upward_import():
     assert _sub_violations("from .dispatch import backend\n", ("kernels", "gpu")) == [
         "kernels.gpu (sub-layer 2) imports kernels.dispatch (sub-layer 6)"]
     assert _sub_violations("from .build import CPU_SOURCES\n", ("kernels", "compiler")) == []
+
+
+def test_readme_layout_names_every_module():
+    """README's layout table names every package and module of speechlens_cli (a module by its
+    name in backticks, a package by its folder), so a newcomer's map matches the tree."""
+    readme = (PACKAGE.parent / "README.md").read_text()
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    missing = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name in ("__init__.py", "__main__.py"):
+            continue
+        relative = path.relative_to(PACKAGE)
+        if len(relative.parts) == 1:
+            named = f"`speechlens_cli/{path.name}`" in layout or f"`{path.stem}`" in layout
+        else:
+            named = f"speechlens_cli/{relative.parts[0]}/" in layout and f"`{path.stem}`" in layout
+        if not named:
+            missing.append(str(relative))
+    assert not missing, missing
