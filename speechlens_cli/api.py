@@ -382,6 +382,7 @@ def run_plans(
                 item = Work(item, geometry, window_enhancer(model, item.info.sample_rate,
                                                             strict, item.name), atten_lim_db)
         works.append(item)
+
     def finish(work: Work, finished: Finished) -> FileResult:
         result = _done(work, finished)
         return result if after is None else after(work.plan, result)

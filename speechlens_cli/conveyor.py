@@ -164,9 +164,7 @@ class Conveyor:
                         continue
                     self._to_writer(("window", index, start, end, window, enhanced, current[2]))
                     if current[1] is not None:
-                        final = end if end == work.plan.info.frames \
-                            else end - work.geometry.overlap
-                        current[1](final)
+                        current[1](work.geometry.settled(end, work.plan.info.frames))
 
     def _to_writer(self, message: tuple) -> None:
         """Queue a message for the writer, waiting while WRITE_BEHIND are queued (a writer that
@@ -289,7 +287,7 @@ class _Writing:
 
     def __init__(self, work: Work, started: float):
         plan, self.started = work.plan, started
-        self.overlap = work.geometry.overlap
+        self.geometry = work.geometry
         self.outputs = contextlib.ExitStack()
         try:
             audio_io.make_folders(plan.destination.parent, plan.root)
@@ -306,7 +304,7 @@ class _Writing:
             raise
 
     def add(self, start: int, end: int, window, enhanced) -> None:
-        self.joiner.add(start, end, self.overlap, window, enhanced)
+        self.joiner.add(start, end, self.geometry, window, enhanced)
 
     def publish(self) -> Finished:
         """Close and read back the outputs, then rename them into place."""

@@ -86,6 +86,11 @@ class Geometry:
     def hop(self) -> int:
         return self.chunk - self.overlap
 
+    def settled(self, end: int, frames: int) -> int:
+        """Where the output of a window ending at `end` stops being changed by the next one:
+        `overlap` before its end, or the end of a file of `frames` for the last window."""
+        return end if end == frames else end - self.overlap
+
     def starts(self, frames: int) -> list[int]:
         """Window starts: every hop while a window ends before the file does, then one ending
         at it."""
@@ -423,10 +428,10 @@ class WindowJoiner:
         self.tail = np.zeros((0, info.channels), np.float32)  # previous window's cross-fade
         self.windows = 0
 
-    def add(self, start: int, end: int, overlap: int, window: np.ndarray,
+    def add(self, start: int, end: int, geometry: Geometry, window: np.ndarray,
             enhanced: np.ndarray) -> None:
-        """The window [start, end) of the input and the model's output for it; `overlap`, the
-        samples the next window shares with it (none after the last, which ends the file)."""
+        """The window [start, end) of the input, cut by `geometry`, and the model's output
+        for it."""
         enhanced = mix_original(window, enhanced, self.share)
         written = self.sink.written
         if len(self.tail):
@@ -434,7 +439,7 @@ class WindowJoiner:
             head = enhanced[written - start:written - start + len(self.tail)]
             mixed = (self.tail * fade_out + head * fade_in) / (fade_out + fade_in)
             self._emit(mixed.astype(np.float32), window, start)
-        final = end if end == self.frames else end - overlap
+        final = geometry.settled(end, self.frames)
         self._emit(enhanced[self.sink.written - start:final - start], window, start)
         self.tail = enhanced[final - start:]
         self.windows += 1
@@ -497,7 +502,7 @@ def enhance_stream(
             for start, end, window in read_windows(handle, info, geometry, name):
                 enhanced = checked_output(window, enhance_window(window), start,
                                           info.sample_rate, name)
-                joiner.add(start, end, geometry.overlap, window, enhanced)
+                joiner.add(start, end, geometry, window, enhanced)
         except BaseException:
             joiner.abandon()
             raise

@@ -70,7 +70,8 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     plans = [o for o in outcomes if isinstance(o, api.FilePlan)]
     reporter.plan_batch(plans)
 
-    def report(job: Job, outcome: api.FilePlan | SpeechlensError | FileResult) -> None:
+    def report(job: Job, outcome: SpeechlensError | FileResult) -> None:
+        """A job's outcome: a failure, a skip, or a file enhanced (copied to stdout if asked)."""
         if isinstance(outcome, SpeechlensError):
             fail(job, outcome)
             return
@@ -82,7 +83,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
 
     _notes(plans, reporter)
     if options.dry_run:
-        _dry_run(jobs, outcomes, reporter, options, fail)
+        _dry_run(jobs, outcomes, reporter, options, report)
         return errors
     # What comes before the first file to enhance is reported before the model loads.
     first = next((i for i, o in enumerate(outcomes) if isinstance(o, api.FilePlan)), len(jobs))
@@ -97,7 +98,8 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on {options.device}; "
                   f"{windows}, overlap {options.overlap:g}", verbose=True)
     reporter.model_ready(speed.rate_key(model, options.device, options.strict))
-    jobs_of = {id(plan): job for job, plan in zip(jobs, outcomes, strict=True)}
+    jobs_of = {id(plan): job for job, plan in zip(jobs, outcomes, strict=True)
+               if isinstance(plan, api.FilePlan)}
 
     def started(plan: api.FilePlan):
         """A file's first window reaches the model: its progress callback."""
@@ -139,16 +141,14 @@ def _notes(plans: list[api.FilePlan], reporter: Reporter) -> None:
 
 
 def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: EnhanceOptions,
-             fail) -> None:
-    """Every check the real run makes before the model, then each file's plan line."""
+             report) -> None:
+    """Every check the real run makes before the model, then each file's plan line; `report`
+    gives a job's failure or skip, as in a real run."""
     config = None
     for job, plan in zip(jobs, outcomes, strict=True):
         interrupts.check()
-        if isinstance(plan, FileResult):
-            reporter.record(plan)
-            continue
-        if isinstance(plan, SpeechlensError):
-            fail(job, plan)
+        if not isinstance(plan, api.FilePlan):
+            report(job, plan)
             continue
         if config is None:
             config = checkpoint.planning_config(options.model_spec)
@@ -156,7 +156,7 @@ def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: Enhan
             api.check_plan(plan, config, chunk_seconds=options.chunk_seconds,
                            overlap=options.overlap)
         except SpeechlensError as error:
-            fail(job, error)
+            report(job, error)
             continue
         planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
         reporter.record(planned)
