@@ -101,7 +101,11 @@ def test_interrupted_batch_resumes_to_the_same_result(tmp_path, tiny_checkpoint)
             assert process.poll() is None, process.communicate()
             assert time.monotonic() < deadline, "no temporary output appeared"
             time.sleep(0.005)
-        time.sleep(rng.uniform(0.05, 1.5) * per_file)
+        # The seeded moment, but never so late that the run has ended (its handlers put back,
+        # the process exiting): at most FILES - 3 outputs in place, a few files still to do.
+        moment = time.monotonic() + rng.uniform(0.05, 1.5) * per_file
+        while time.monotonic() < moment and len(list(out.rglob("*.wav"))) < FILES - 3:
+            time.sleep(0.002)
         assert process.poll() is None, "the batch finished before the signal"
         process.send_signal(sig)
         _, stderr = process.communicate(timeout=60)
