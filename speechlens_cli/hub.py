@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote, urlsplit
 
+from . import settings
 from .errors import ChecksumMismatchError, ModelNotFoundError, UsageError
 
 #: Seconds to wait for the hub to connect and answer a metadata request.
@@ -35,7 +36,7 @@ def check_endpoint() -> None:
     """Refuse an HF_ENDPOINT that does not parse before huggingface_hub is imported: the
     library parses it at import, and a bad port or a stray bracket raised from the import
     itself. Every import of the library here comes after this check."""
-    value = os.environ.get("HF_ENDPOINT")
+    value = settings.HF_ENDPOINT.raw()
     if value:
         _check_url(value)
 
@@ -45,7 +46,7 @@ def endpoint() -> str:
     check_endpoint()
     from huggingface_hub import constants
 
-    value = os.environ.get("HF_ENDPOINT") or constants.ENDPOINT
+    value = settings.HF_ENDPOINT.raw() or constants.ENDPOINT
     _check_url(value)
     return value.rstrip("/")
 
@@ -66,7 +67,7 @@ def _check_url(value: str) -> None:
 
 def cache_dir() -> str | None:
     """HF_HUB_CACHE as set now, for the same reason."""
-    return os.environ.get("HF_HUB_CACHE") or None
+    return settings.HF_HUB_CACHE.raw() or None
 
 
 def cache_folder() -> Path:

@@ -7,7 +7,9 @@ use, with no cache to reload. One rule for every variable: unset or blank is the
 switch is on for 1, true, yes or on and off for 0, false, no or off (any case); any other value
 is a SettingError naming the variable. MLX_ENABLE_TF32 is MLX's: read as MLX reads it (an
 integer, nonzero is on; blank is 0), and a value MLX would misread is refused. A launcher's
-variables are the exception: never refused, as they may be leftovers in a shell.
+variables are the exception: never refused, as they may be leftovers in a shell; and so are the
+other programs' variables speechlens reads (Hugging Face's client, XDG, CXX, the CUDA toolkit,
+Rich), which their owners read their own way.
 """
 
 from __future__ import annotations
@@ -64,6 +66,11 @@ class Setting:
             return self.parse(text.strip())
         except ValueError:
             raise SettingError(self, text.strip()) from None
+
+    def raw(self, env: Mapping[str, str] | None = None) -> str | None:
+        """The text as set, unparsed and unstripped (None where unset): for a variable another
+        program reads as it is (HF_ENDPOINT), or whose mere presence counts (FORCE_COLOR)."""
+        return (os.environ if env is None else env).get(self.name)
 
     def is_set(self, env: Mapping[str, str] | None = None) -> bool:
         return bool((os.environ if env is None else env).get(self.name, "").strip())
@@ -197,11 +204,54 @@ OMPI_RANK = _launcher("OMPI_COMM_WORLD_RANK", "mpirun (Open MPI): this process's
 PMI_SIZE = _launcher("PMI_SIZE", "mpirun (MPICH): processes in the group")
 PMI_RANK = _launcher("PMI_RANK", "mpirun (MPICH): this process's rank")
 
+
+
+# Other programs' variables speechlens reads too (Hugging Face's client, XDG, a C++ compiler,
+# the CUDA toolkit, Rich): never refused, as their owners read them their own way.
+def _hf_switch(text: str) -> bool:
+    """On as huggingface_hub reads it (1, true, yes, on; any case), off for anything else."""
+    return text.lower() in _ON
+
+
+def _external(name: str, expects: str, help: str, parse: Callable[[str], object] = str,
+              default: object = None) -> Setting:
+    return Setting(name, parse, default, expects, help)
+
+
+HF_HOME = _external("HF_HOME", "a folder (Hugging Face's, never refused)",
+                    "read by huggingface_hub: its folder, the model cache under it unless "
+                    "HF_HUB_CACHE is set (default: ~/.cache/huggingface)", Path)
+HF_HUB_CACHE = _external("HF_HUB_CACHE", "a folder (Hugging Face's, never refused)",
+                         "the model cache speechlens and huggingface_hub use (default: "
+                         "$HF_HOME/hub)")
+HF_ENDPOINT = _external("HF_ENDPOINT", "an http(s) URL (Hugging Face's, checked at use)",
+                        "the hub models are pulled from (default: https://huggingface.co)")
+HF_HUB_OFFLINE = _external("HF_HUB_OFFLINE", "1, true, yes or on (Hugging Face's, never "
+                           "refused)", "on: no network; the model must be cached", _hf_switch, False)
+XDG_CACHE_HOME = _external("XDG_CACHE_HOME", "a folder (XDG's, never refused)",
+                           "the cache is $XDG_CACHE_HOME/speechlens unless SPEECHLENS_CACHE_DIR "
+                           "is set (default: ~/.cache)", Path)
+XDG_DATA_HOME = _external("XDG_DATA_HOME", "a folder (XDG's, never refused)",
+                          "where bench reports go without --out (default: ~/.local/share)", Path)
+CXX = _external("CXX", "a C++ compiler command (never refused)",
+                "the compiler of the CPU kernels when none was installed with them (default: "
+                "c++, g++ or clang++ on PATH)")
+CUDA_HOME = _external("CUDA_HOME", "a CUDA toolkit folder (never refused)",
+                      "where NVRTC is looked for after the loaded and pip-installed ones")
+CUDA_PATH = _external("CUDA_PATH", "a CUDA toolkit folder (never refused)",
+                      "the same as CUDA_HOME, looked at after it")
+FORCE_COLOR = _external("FORCE_COLOR", "any value (Rich's, never refused)",
+                        "set: stderr may be a terminal, so progress bars are drawn (Rich's)")
+TTY_COMPATIBLE = _external("TTY_COMPATIBLE", "any value (Rich's, never refused)",
+                           "the same as FORCE_COLOR for the bars")
+
 ALL = (MODEL, ACCEPT_LICENSE, CACHE_DIR, KERNEL_DIR, BLAS, HEAP, CPU_ISA, CPU_THREADS,
        GPU_THREADGROUP, CUDA_PROJECTION, CUDA_PROJECT_CONV, CUDA_CONV2D, DISABLE_CONV1D,
        DISABLE_CONV1D_ALIAS, JOIN_TIMEOUT_S, BENCH_REVISION, TF32, MAX_MB_PER_BUFFER,
        MLX_RANK, JACCL_RANK, MLX_HOSTFILE, MLX_WORLD_SIZE, NCCL_HOST_IP, MLX_IBV_DEVICES,
-       JACCL_IBV_DEVICES, OMPI_SIZE, OMPI_RANK, PMI_SIZE, PMI_RANK)
+       JACCL_IBV_DEVICES, OMPI_SIZE, OMPI_RANK, PMI_SIZE, PMI_RANK, HF_HOME, HF_HUB_CACHE,
+       HF_ENDPOINT, HF_HUB_OFFLINE, XDG_CACHE_HOME, XDG_DATA_HOME, CXX, CUDA_HOME, CUDA_PATH,
+       FORCE_COLOR, TTY_COMPATIBLE)
 
 
 def problems(env: Mapping[str, str] | None = None) -> list[SettingError]:

@@ -46,6 +46,36 @@ def test_no_module_reads_a_declared_variable_itself():
             assert not read.search(path.read_text("utf-8")), path
 
 
+#: Other programs' variables speechlens reads (declared, never refused).
+EXTERNAL = ("HF_HOME", "HF_HUB_CACHE", "HF_ENDPOINT", "HF_HUB_OFFLINE", "XDG_CACHE_HOME",
+            "XDG_DATA_HOME", "CXX", "CUDA_HOME", "CUDA_PATH", "FORCE_COLOR", "TTY_COMPATIBLE")
+
+
+def test_every_variable_read_is_declared():
+    """Any variable a module reads by name (os.environ.get, os.getenv, setdefault, `in
+    os.environ`), the project's or another program's, is declared in settings.ALL: its own
+    (SPEECHLENS_*, MLX_*) and the others it reads (Hugging Face's, XDG, CXX, CUDA, Rich)."""
+    declared = {s.name for s in settings.ALL}
+    assert set(EXTERNAL) <= declared
+    read = re.compile(r"(?:environ\.get|getenv|environ\.setdefault)\(\s*[\"']([A-Z][A-Z0-9_]*)[\"']"
+                      r"|[\"']([A-Z][A-Z0-9_]*)[\"']\s+(?:not\s+)?in\s+os\.environ")
+    named = {a or b for path in (REPO / "speechlens_cli").rglob("*.py")
+             for a, b in read.findall(path.read_text("utf-8"))}
+    assert named <= declared, named - declared
+
+
+def test_other_programs_variables_are_never_refused(monkeypatch):
+    """HF_*, XDG_*, CXX, CUDA_*, FORCE_COLOR: their owners read them; doctor never counts them
+    as a problem, and HF_HUB_OFFLINE is on as huggingface_hub spells it."""
+    odd = {name: " \u00b2 odd value " for name in EXTERNAL}
+    assert settings.problems(odd) == []
+    for text, on in [("1", True), (" YES ", True), ("on", True), ("0", False), ("2", False),
+                     ("", False)]:
+        assert settings.HF_HUB_OFFLINE.value({"HF_HUB_OFFLINE": text}) is on, text
+    monkeypatch.setenv("HF_ENDPOINT", " http://x ")
+    assert settings.HF_ENDPOINT.raw() == " http://x "   # as huggingface_hub reads it
+
+
 def test_the_switches():
     assert [s.name for s in SWITCHES] == [
         "SPEECHLENS_ACCEPT_LICENSE", "SPEECHLENS_CUDA_PROJECTION", "SPEECHLENS_CUDA_PROJECT_CONV",

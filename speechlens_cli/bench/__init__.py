@@ -14,12 +14,12 @@ package and is imported only when the command runs.
 from __future__ import annotations
 
 import datetime as _dt
-import os
 import sys
 from pathlib import Path
 
 import click
 
+from .. import settings
 from ..model.config import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from ..pipeline import CHUNK_SECONDS_RANGE, DEFAULT_DEVICE, DEVICES, OVERLAP_RANGE
 
@@ -35,8 +35,8 @@ def default_out() -> Path:
     """Where reports go without --out: a folder of the user's own
     (``$XDG_DATA_HOME/speechlens/bench``, default ``~/.local/share/speechlens/bench``), never the
     current folder. ``make bench`` passes ``--out docs/bench``."""
-    xdg = os.environ.get("XDG_DATA_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".local" / "share") / "speechlens" / "bench"
+    xdg = settings.XDG_DATA_HOME.value()
+    return (xdg if xdg else Path.home() / ".local" / "share") / "speechlens" / "bench"
 
 
 def _within(low: float, high: float):

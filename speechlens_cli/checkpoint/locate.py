@@ -168,12 +168,8 @@ def needs_license(spec: str | os.PathLike | None = None) -> bool:
 
 
 def _offline() -> bool:
-    return _env_true("HF_HUB_OFFLINE")
-
-
-def _env_true(name: str) -> bool:
-    """An environment switch set on, spelled as huggingface_hub accepts it."""
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes", "on")
+    """HF_HUB_OFFLINE set on, spelled as huggingface_hub accepts it."""
+    return settings.HF_HUB_OFFLINE.value()
 
 
 def _is_nvidias(repo_id: str) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -13,6 +12,7 @@ from pathlib import Path
 import click
 
 from .. import audio as audio_io
+from .. import settings
 from ..api import FilePlan
 from ..results import FileResult, Status
 from . import speed
@@ -36,7 +36,8 @@ def _may_be_terminal() -> bool:
         tty = sys.stderr.isatty()
     except (AttributeError, ValueError):   # no stderr, or a closed one
         tty = False
-    return tty or "FORCE_COLOR" in os.environ or "TTY_COMPATIBLE" in os.environ
+    return tty or any(setting.raw() is not None
+                      for setting in (settings.FORCE_COLOR, settings.TTY_COMPATIBLE))
 
 
 class LogDisplay:

@@ -8,13 +8,14 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from .. import settings
 from .build import CPU_COMPILE_FLAGS, CPU_ENTRY, HASH_MACRO, define_flags
 from .sources import kernel_source_dir
 
 
 def find_cxx() -> str | None:
     """A C++ compiler: $CXX, else c++, g++ or clang++ on PATH."""
-    for cand in (os.environ.get("CXX"), "c++", "g++", "clang++"):
+    for cand in (settings.CXX.value(), "c++", "g++", "clang++"):
         if cand and shutil.which(cand.split()[0]):
             return cand
     return None

@@ -19,6 +19,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from .. import settings
 from .sources import cache_dir, store_in_cache
 
 #: Library names and places where NVRTC may be: already loaded with MLX, NVIDIA's wheel
@@ -54,7 +55,7 @@ def _wheel_libraries() -> list[str]:
 
 def _candidates() -> list[str]:
     paths = [*NVRTC_NAMES, *_wheel_libraries()]
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+    for home in (settings.CUDA_HOME.value(), settings.CUDA_PATH.value(), "/usr/local/cuda"):
         if home:
             for lib in TOOLKIT_LIBS:
                 paths += sorted(glob.glob(os.path.join(home, lib, "libnvrtc.so*")), reverse=True)

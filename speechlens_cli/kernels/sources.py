@@ -44,8 +44,8 @@ def cache_dir() -> Path:
     root = settings.CACHE_DIR.value()
     if root:
         return root
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    return (Path(xdg) if xdg else Path.home() / ".cache") / "speechlens"
+    xdg = settings.XDG_CACHE_HOME.value()
+    return (xdg if xdg else Path.home() / ".cache") / "speechlens"
 
 
 def store_in_cache(path: Path, data: bytes) -> None:
