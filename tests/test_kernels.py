@@ -10,6 +10,7 @@ CPU's standard-mode decay 2^x max relative error <= 2e-7 on [-125, 0].
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import subprocess
@@ -33,6 +34,7 @@ from speechlens_cli.kernels import (
     dispatch,
     notices,
 )
+from tests.reliability import invoke
 
 ATOL_CONV = 1e-5
 RTOL_SCAN = 1e-5
@@ -937,3 +939,141 @@ def test_projection_geometry_takes_well_formed_operands_only():
     ]
     for terms, bias in declined:
         assert projection_geometry(terms, bias) is None
+
+
+# ------------------------------------------------------------------------ the dispatch table ----
+
+def _bimamba_operands(rng, channels=64, rank=4):
+    arrays = _bimamba_inputs(rng, 2, 9, channels, rank)
+    x, z, conv_w, conv_b, u, x_dbl, A_log, D, dt_w, dt_b = (mx.array(a) for a in arrays)
+    return (x, conv_w, conv_b), (u, x_dbl, z, A_log, D, (dt_w, dt_b), False)
+
+
+def _representative_cases(rng):
+    """(operation, operands as its dispatch passes them, what runs on the CPU with the library)
+    for shapes the model passes and shapes an implementation declines."""
+    x, weight, bias = _conv_inputs(rng, 2, 9, 8)
+    scan = _scan_inputs(rng, 2, 9, 64)
+    conv, biscan = _bimamba_operands(rng)
+    a = mx.array(rng.standard_normal((2, 9, 64)).astype(np.float32))
+    w = mx.array(rng.standard_normal((64, 48)).astype(np.float32))
+    planes = [mx.array(rng.standard_normal((1, 6, 5, 8)).astype(np.float32))]
+    w16 = mx.array(rng.standard_normal((16, 3, 3, 8)).astype(np.float32))
+    w12 = mx.array(rng.standard_normal((12, 3, 3, 8)).astype(np.float32))
+    tiles = [mx.array(rng.standard_normal((1, 4, 5, 16)).astype(np.float32))]
+    ones, zeros = mx.ones((16,)), mx.zeros((16,))
+    return [
+        ("causal_conv1d", (x, weight, bias, True), "cpu-library"),
+        ("causal_conv1d", (x.astype(mx.float16), weight, bias, False), "mlx"),  # not float32
+        ("selective_scan", (*scan, False, None), "cpu-library"),
+        ("bimamba_conv", conv, "cpu-library"),
+        ("bimamba_scan", biscan, "cpu-library"),
+        ("project", ([(a, w)], None, None, None), "cpu-library"),
+        ("project", ([(a, w)] * 3, None, None, None), "mlx"),  # three terms: no kernel's
+        ("project_conv", (a, mx.array(rng.standard_normal((64, 128)).astype(np.float32)),
+                          conv[1], conv[2]), "project+bimamba_conv"),
+        ("conv2d", (planes, w16, None, (1, 1), (1, 1)), "cpu-library"),
+        ("conv2d", (planes, w12, None, (1, 1), (1, 1)), "caller-mlx"),  # O not a multiple of 8
+        ("instance_norm_prelu", (tiles, ones, zeros, 1e-5, zeros), "cpu-library"),
+    ]
+
+
+@needs_cpu_library
+def test_the_table_picks_what_the_dispatch_picked_before():
+    """On the CPU with the library, each operation runs the implementation the dispatch took
+    before the table (the library's, or MLX where the library declines the operands); and the
+    public function gives what the chosen implementation gives."""
+    for name, operands, want in _representative_cases(np.random.default_rng(61)):
+        assert dispatch.chosen(name, *operands) == want, (name, dispatch.explain(name, *operands))
+    x, weight, bias = _conv_inputs(np.random.default_rng(62), 2, 9, 8)
+    assert np.array_equal(np.array(kernels.causal_conv1d(x, weight, bias)),
+                          np.array(cpu_ops.cpu_conv(kernels.cpu_library(), x, weight, bias)))
+
+
+@pytest.mark.usefixtures("on_cpu")
+def test_without_the_library_every_operation_falls_back_and_says_why(monkeypatch):
+    monkeypatch.setattr(dispatch, "cpu_library", lambda: None)
+    for name, operands, _ in _representative_cases(np.random.default_rng(63)):
+        trace = dispatch.explain(name, *operands)
+        if name != "project_conv":  # the two calls: no library of its own
+            assert trace[0][0] == "cpu-library" and trace[0][1].startswith(
+                "skipped: no CPU kernel library"), (name, trace)
+        assert trace[-1][1] == "ran" and trace[-1][0] in ("mlx", "per-direction",
+                                                          "caller-mlx", "project+bimamba_conv")
+
+
+@pytest.mark.usefixtures("on_cpu")
+@pytest.mark.parametrize("variable", [kernels.DISABLE_CONV_ENV, kernels.DISABLE_CONV_ENV_ALIAS])
+def test_a_disabled_kernel_names_its_variable(monkeypatch, variable):
+    monkeypatch.setenv(variable, "yes")
+    reason = f"turned off by {variable}=yes"
+    table = kernels.dispatch_table()
+    for name in ("causal_conv1d", "bimamba_conv"):
+        assert table[name]["cpu"][0] == ["cpu-library", False, reason]
+        assert table[name]["cpu"][-1][1:] == [True, None]
+    assert table["selective_scan"]["cpu"][0][0] == "cpu-library"
+    operands = _representative_cases(np.random.default_rng(64))[0][1]
+    assert dispatch.explain("causal_conv1d", *operands) == [
+        ("cpu-library", f"skipped: {reason}"), ("mlx", "ran")]
+
+
+@pytest.mark.usefixtures("on_cpu")
+@pytest.mark.parametrize("setting", ["SPEECHLENS_CUDA_PROJECTION", "SPEECHLENS_CUDA_CONV2D",
+                                     "SPEECHLENS_CUDA_PROJECT_CONV"])
+def test_a_cuda_switch_turned_off_names_its_variable(monkeypatch, setting):
+    """On CUDA (compute capability 9.0 stood in) a tensor-core kernel whose switch is 0 is
+    skipped with the variable as the reason, and its operation runs the next entry."""
+    monkeypatch.setenv(setting, "0")
+    monkeypatch.setattr(cuda_projection, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(cuda_projection, "unusable", lambda: False)
+    monkeypatch.setattr(dispatch, "nvrtc", lambda: object())
+    monkeypatch.setattr(dispatch, "compute_capability", lambda: (9, 0))
+    monkeypatch.setattr(dispatch, "gpu_backend", lambda: "cuda")
+    name = {"SPEECHLENS_CUDA_PROJECTION": "project", "SPEECHLENS_CUDA_CONV2D": "conv2d",
+            "SPEECHLENS_CUDA_PROJECT_CONV": "project_conv"}[setting]
+    rows = kernels.dispatch_table()[name]["cuda"]
+    assert rows[0] == ["cuda-tensor-cores", False, f"turned off by {setting}=0"]
+    assert rows[-1][1:] == [True, None]
+    if name == "project":
+        a = mx.array(np.ones((2, 9, 64), np.float32))
+        w = mx.array(np.ones((64, 48), np.float32))
+        assert dispatch.explain("project", [(a, w)], None, None, None, which="cuda") == [
+            ("cuda-tensor-cores", f"skipped: turned off by {setting}=0"), ("mlx", "ran")]
+
+
+def test_the_table_has_every_operation_on_every_backend():
+    """Each operation lists every backend; the last entry of each runs wherever its backend
+    does (no skip), so the walk always ends; a backend this MLX build lacks says so."""
+    table = kernels.dispatch_table()
+    assert list(table) == ["causal_conv1d", "selective_scan", "bimamba_conv", "bimamba_scan",
+                           "project", "project_conv", "conv2d", "instance_norm_prelu"]
+    for op in dispatch.OPERATIONS:
+        assert list(op.table) == list(dispatch.BACKENDS)
+        for which, impls in op.table.items():
+            assert impls[-1].skip is None, (op.name, which)
+            names = [impl.name for impl in impls]
+            assert len(names) == len(set(names))
+            rows = table[op.name][which]
+            assert [row[0] for row in rows] == names
+            missing = dispatch._backend_missing(which)
+            assert all(row[1] == (row[2] is None) for row in rows)
+            if missing:
+                assert all(row == [row[0], False, missing] for row in rows)
+
+
+def test_doctor_prints_the_table(tiny_checkpoint, monkeypatch):
+    """doctor --json: checks.kernels.dispatch is the table for this machine (operation ->
+    backend -> [implementation, available, reason]); the text report shows this backend's
+    order per operation, and a skipped entry's reason."""
+    monkeypatch.setenv(kernels.DISABLE_CONV_ENV, "1")
+    report = json.loads(invoke("doctor", "--json", "--model", tiny_checkpoint).stdout)
+    table = report["checks"]["kernels"]["dispatch"]
+    assert table == kernels.dispatch_table()
+    assert table["causal_conv1d"][BACKEND][0][1:] == [
+        False, f"turned off by {kernels.DISABLE_CONV_ENV}=1"]
+    text = invoke("doctor", "--model", tiny_checkpoint).stdout
+    lines = [line.strip() for line in text.splitlines()]
+    row = table["selective_scan"][BACKEND]
+    assert "selective_scan: " + " > ".join(r[0] for r in row if r[1]) in lines
+    assert any(line.startswith("causal_conv1d: ") and f"skipped: turned off by "
+               f"{kernels.DISABLE_CONV_ENV}=1" in line for line in lines)

@@ -161,3 +161,17 @@ def test_doctor_reports_a_bad_setting_from_its_declaration(monkeypatch, tiny_che
     check = json.loads(invoke("doctor", "--json", "--model", tiny_checkpoint).output)
     assert check["checks"]["settings"]["ok"]
     assert "SPEECHLENS_CUDA_CONV2D=off" in check["checks"]["settings"]["value"].split(", ")
+
+
+def test_one_bad_value_is_one_problem(monkeypatch, tiny_checkpoint, on_cpu):
+    """A bad SPEECHLENS_CPU_THREADS, which the kernels read too, is the settings check's
+    problem only: doctor counts it once, and the kernels check says where to look."""
+    monkeypatch.delenv("SPEECHLENS_CPU_THREADS", raising=False)
+    good = json.loads(invoke("doctor", "--json", "--model", tiny_checkpoint).output)
+    monkeypatch.setenv("SPEECHLENS_CPU_THREADS", "abc")
+    bad = json.loads(invoke("doctor", "--json", "--model", tiny_checkpoint).output)
+    assert bad["problems"] == good["problems"] + 1
+    assert not bad["checks"]["settings"]["ok"]
+    assert bad["checks"]["kernels"]["ok"]
+    assert "SPEECHLENS_CPU_THREADS" in bad["checks"]["kernels"]["value"]
+    assert bad["checks"]["kernels"]["value"].endswith("(see settings)")

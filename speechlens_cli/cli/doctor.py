@@ -32,6 +32,8 @@ class Check:
     value: str
     fix: str | None = None
     extra: dict = field(default_factory=dict)
+    #: Lines printed under the check's line (the text report's compact form of `extra`).
+    details: tuple[str, ...] = ()
 
     def as_dict(self) -> dict:
         return {"value": self.value, "ok": self.fix is None, "fix": self.fix, **self.extra}
@@ -103,21 +105,42 @@ def _self_check(backend: str) -> Check:
                  f"{file}", extra)
 
 
-def _kernel_check() -> Check:
-    """speechlens_cli.kernels' own account of where the kernels run, and what would fix a
-    fallback to the slow MLX-op versions."""
+def _dispatch_lines(table: dict, backend: str) -> tuple[str, ...]:
+    """The dispatch table's compact form: per operation, on this backend, what runs first and
+    what is skipped, and why."""
+    lines = []
+    for op, backends in table.items():
+        rows = backends[backend]
+        runs = [name for name, available, _ in rows if available]
+        skipped = [f"{name} skipped: {reason}" for name, available, reason in rows
+                   if not available]
+        lines.append(f"{op}: " + " > ".join(runs) + "".join(f"; {s}" for s in skipped))
+    return tuple(lines)
+
+
+def _kernel_check(backend: str) -> Check:
+    """speechlens_cli.kernels' own account of where the kernels run, which implementation each
+    operation takes (the dispatch table), and what would fix a fallback to the slow MLX-op
+    versions. A bad setting is the settings check's problem, not counted again here."""
+    table = kernels.dispatch_table()
+    extra = {"dispatch": table}
+    details = _dispatch_lines(table, backend)
     try:
         info = kernels.kernel_info()
+        disabled = kernels.conv_kernel_disabled()
     except settings.SettingError as error:  # e.g. a bad SPEECHLENS_CPU_THREADS
-        return Check("kernels", str(error), error.fix)
+        return Check("kernels", f"not known: {error} (see settings)", extra=extra,
+                     details=details)
     text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")
-    if kernels.conv_kernel_disabled():
+    if disabled:
         return Check("kernels", text + " (conv1d kernel disabled)",
-                     f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}")
+                     f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}",
+                     extra, details)
     if info.get("cpu_library", "").startswith("unavailable"):
         return Check("kernels", text, "install a C++ compiler (g++ or clang++) so the CPU "
-                     "kernels can be built, or reinstall speechlens with one present")
-    return Check("kernels", text)
+                     "kernels can be built, or reinstall speechlens with one present", extra,
+                     details)
+    return Check("kernels", text, extra=extra, details=details)
 
 
 def _model_check(model: str | None) -> Check:
@@ -184,7 +207,7 @@ def _checks(model: str | None) -> list[Check]:
         _settings_check(),
         Check("mlx", f"{mx.__version__}, backend {backend}, default device "
                      f"{mx.default_device()}", _backend_fix(backend)),
-        _kernel_check(),
+        _kernel_check(backend),
         _self_check(backend),
         _blas_check(backend),
         _cache_check(),
@@ -198,8 +221,9 @@ def _checks(model: str | None) -> list[Check]:
               help="Checkpoint to check (default: SPEECHLENS_MODEL, else nvidia/RE-USE).")
 @click.option("--json", "as_json", is_flag=True,
               help="The same facts as one JSON object: ok, problems, and per check its value, "
-                   "ok and fix (blas also gflops; selfcheck also verdicts and file; scoring "
-                   "also available and versions).")
+                   "ok and fix (kernels also dispatch: operation -> backend -> [implementation, "
+                   "available, reason], in the order tried; blas also gflops; selfcheck also "
+                   "verdicts and file; scoring also available and versions).")
 @click.pass_context
 def doctor(ctx: click.Context, model: str | None, as_json: bool) -> None:
     """Check this machine: platform, settings (the variables set, each checked), MLX backend,
@@ -214,6 +238,8 @@ def doctor(ctx: click.Context, model: str | None, as_json: bool) -> None:
     else:
         for check in checks:
             click.echo(f"{check.name + ':':<10} {check.value}")
+            for line in check.details:
+                click.echo(f"{'':<10} {line}")
             if check.fix:
                 click.echo(f"{'':<10} fix: {check.fix}")
         click.echo(f"{problems} problem(s) found" if problems else "no problems found")

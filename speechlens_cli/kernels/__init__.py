@@ -29,6 +29,8 @@ Public functions keep the signatures the model code calls:
   convolutions read straight from their input planes: on the CPU the CPU library's
   (``kernels/sl_conv2d_cpu.h``), on CUDA a float32-accurate tensor-core kernel
   (``cuda_conv2d``); None elsewhere
+* ``instance_norm_prelu(tiles, weight, bias, eps, slope)``: the decoders' InstanceNorm and
+  PReLU in one pass by the CPU library on the CPU; None elsewhere
 
 The conv validates its inputs and falls back to ``mx.conv1d(groups=D)`` cropped to L (one logged
 warning per reason) on a validation or dispatch failure, or when
@@ -47,7 +49,8 @@ avx2, generic; default: the best this CPU has), ``SPEECHLENS_KERNEL_DIR`` (kerne
 ``SPEECHLENS_CACHE_DIR`` (where a CPU library compiled at run time goes; default
 ``$XDG_CACHE_HOME/speechlens`` or ``~/.cache/speechlens``).
 
-Modules: ``dispatch`` (the public entry points and which implementation runs), ``gpu`` (Metal
+Modules: ``dispatch`` (the public entry points, and per operation one table of its
+implementations per backend, walked by one function: ``dispatch_table()``), ``gpu`` (Metal
 and CUDA through ``mx.fast``), ``cuda_packed`` and ``nvrtc`` (on CUDA, the Mamba block's
 kernels compiled once per machine and cached), ``cuda_projection`` and ``cuda_conv2d`` (the
 tensor-core kernels), ``cpu_binding`` and ``cpu_ops`` (the C++ library through ctypes),
@@ -89,7 +92,7 @@ from .cpu_binding import (  # noqa: E402
     cpu_threads,
     usable_cores,
 )
-from .cpu_ops import cpu_exp2_decay, cpu_exp_poly, instance_norm_prelu  # noqa: E402
+from .cpu_ops import cpu_exp2_decay, cpu_exp_poly  # noqa: E402
 from .dispatch import (  # noqa: E402
     DISABLE_CONV_ENV,
     DISABLE_CONV_ENV_ALIAS,
@@ -99,7 +102,9 @@ from .dispatch import (  # noqa: E402
     causal_conv1d,
     conv2d,
     conv_kernel_disabled,
+    dispatch_table,
     gpu_backend,
+    instance_norm_prelu,
     kernel_info,
     project,
     project_conv,
@@ -120,6 +125,7 @@ __all__ = [
     "MIN_MLX_VERSION", "SCAN_INPUTS", "THREADGROUP_ENV", "backend", "bimamba_conv",
     "bimamba_scan", "causal_conv1d", "conv2d",
     "compile_cpu_library", "conv1d_fallback", "conv_kernel_disabled", "cpu_exp2_decay",
+    "dispatch_table",
     "cpu_exp_poly", "cpu_isa", "cpu_library", "cpu_threads", "find_cxx", "gpu_backend",
     "instance_norm_prelu",
     "kernel_info", "kernel_source_dir", "lend_scratch", "project", "project_conv",

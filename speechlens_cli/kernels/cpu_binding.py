@@ -186,7 +186,17 @@ def cpu_library() -> CpuLibrary | None:
             warn_once("cpu-library", "speechlens CPU kernels unavailable ("
                       + "; ".join(errors) + "); using slow MLX-op fallbacks")
         _cpu_lib_state["lib"] = lib
+        _cpu_lib_state["errors"] = errors
         return lib
+
+
+def cpu_library_errors() -> list[str]:
+    """Why cpu_library() found no library it could load (no C++ compiler, a build that
+    failed, one built from other sources), as it logged it; empty before it ran or where it
+    found one."""
+    with _cpu_lib_lock:
+        return list(_cpu_lib_state.get("errors", ())) if _cpu_lib_state.get("lib") is None \
+            else []
 
 
 def usable_cores() -> int:

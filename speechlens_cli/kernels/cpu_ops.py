@@ -179,17 +179,12 @@ def fusable_dt_proj(lib: CpuLibrary, u, delta_raw, dt_proj) -> bool:
             and all(a.dtype == mx.float32 for a in (delta_raw, weight, bias)))
 
 
-def instance_norm_prelu(tiles: list[mx.array], weight: mx.array, bias: mx.array, eps: float,
-                        slope: mx.array) -> list[mx.array] | None:
+def instance_norm_prelu(lib: CpuLibrary, tiles: list[mx.array], weight: mx.array,
+                        bias: mx.array, eps: float, slope: mx.array) -> list[mx.array]:
     """InstanceNorm over the time tiles [B, t, F, C] of one plane, then PReLU, by the CPU
     library: statistics summed in float64 (two passes: mean, then squared deviations), the
-    affine and PReLU in one pass per tile instead of MLX's separate single-threaded ops.
-    None where the default device is not the CPU or the library is unavailable."""
-    if mx.default_device() != mx.cpu:
-        return None
-    lib = cpu_library()
-    if lib is None:
-        return None
+    affine and PReLU in one pass per tile instead of MLX's separate single-threaded ops
+    (dispatch.instance_norm_prelu runs it on the CPU backend)."""
     mx.eval(tiles, weight, bias, slope)
     views = [np.ascontiguousarray(_view(tile)) for tile in tiles]
     batch, _, width, channels = views[0].shape

@@ -170,6 +170,11 @@ def unusable() -> bool:
     return bool(_unusable)
 
 
+def unusable_reason() -> str | None:
+    """Why precompiled kernels are not used in this process (mark_unusable), else None."""
+    return _unusable[0] if _unusable else None
+
+
 def mark_unusable(reason: str) -> None:
     """Stop using precompiled kernels in this process (one failed to load or run)."""
     if not _unusable:

@@ -45,13 +45,25 @@ def column_block(n: int) -> int:
     return 64 if n >= 64 else -(-n // COLUMN_STEP) * COLUMN_STEP
 
 
+def tensor_cores_problem(switch: settings.Setting) -> str | None:
+    """Why a kernel on sl_gemm_cuda.h does not run here (its `switch` is off, the GPU has no
+    TF32 mma: compute capability below 8.0, precompiled kernels failed to load), else None."""
+    if not switch.value():
+        return f"turned off by {switch.name}={(switch.raw() or '').strip()}"
+    arch = compute_capability()
+    if arch is None:
+        return "no CUDA driver answered"
+    if arch < (8, 0):
+        return f"compute capability {arch[0]}.{arch[1]} has no TF32 tensor cores (8.0+)"
+    if unusable():
+        return "the precompiled kernels failed"
+    return None
+
+
 def tensor_cores_enabled(switch: settings.Setting) -> bool:
     """Whether a kernel on sl_gemm_cuda.h runs here: its `switch` is on, the GPU has TF32 mma
     (compute capability 8.0+) and precompiled kernels load."""
-    if not switch.value():
-        return False
-    arch = compute_capability()
-    return arch is not None and arch >= (8, 0) and not unusable()
+    return tensor_cores_problem(switch) is None
 
 
 def enabled() -> bool:
