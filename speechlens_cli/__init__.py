@@ -1,34 +1,42 @@
-"""speechlens: clean up recorded speech with NVIDIA's RE-USE model on Apple MLX."""
+"""speechlens: clean up recorded speech with NVIDIA's RE-USE model on Apple MLX.
+
+Importing the package changes nothing in the process and does not import MLX. `enhance`,
+`enhance_file` and `get_model` here are speechlens_cli.api's, reached through functions that
+first prepare the process (speechlens_cli.runtime.prepare: full float32, the optimized BLAS on
+Linux, which must be loaded before MLX is imported, glibc's large-block settings; its
+docstring says what, and how to undo or decline it), then import the API.
+"""
+
+from __future__ import annotations
+
+from . import runtime
 
 __version__ = "0.1.0"
 
-import os  # noqa: E402
 
-# Full float32 matmuls and convolutions. MLX runs them at TF32 precision by default on CUDA
-# (and on M5 Metal): measured on an H200, that moved the enhanced waveform by 1.6e-3-3.3e-3
-# relative RMSE against the float64 reference, against ~8e-6 in float32. Set
-# MLX_ENABLE_TF32=1 yourself to trade that accuracy for speed.
-os.environ.setdefault("MLX_ENABLE_TF32", "0")
+def enhance(*args, **kwargs):
+    """speechlens_cli.api.enhance, after runtime.prepare() (same arguments)."""
+    runtime.prepare()
+    from .api import enhance as run
 
-from . import blas, heap  # noqa: E402  (must run before anything imports mlx.core)
+    return run(*args, **kwargs)
 
-blas.preload()
-heap.keep_large_buffers()
 
-import mlx.core as _mx  # noqa: E402
+def enhance_file(*args, **kwargs):
+    """speechlens_cli.api.enhance_file, after runtime.prepare() (same arguments)."""
+    runtime.prepare()
+    from .api import enhance_file as run
 
-# MLX's CUDA backend keeps every input of an op until the command graph holding it completes,
-# and closes a graph only once the arrays bound to it pass MLX_MAX_MB_PER_BUFFER (counted in
-# millions of elements, not bytes; 1000 on an H100/H200): those pending graphs, not the model,
-# set the peak memory. Measured on an H200, 5 s at 44.1 kHz (both BiMamba directions per
-# launch): 3.34 GiB at 25, 2.14 GiB at 10, 2.15 GiB at 5, for 0.184 / 0.189 / 0.193 s (a row
-# of docs/performance.md's tried-and-lost table); a 30-s window at 48 kHz 1.19 s at 25 and at
-# 10. Read by MLX at the first GPU operation; a value in the environment wins. Metal keeps its
-# own limits.
-CUDA_GRAPH_MB = 10
-if _mx.cuda.is_available():
-    os.environ.setdefault("MLX_MAX_MB_PER_BUFFER", str(CUDA_GRAPH_MB))
+    return run(*args, **kwargs)
 
-from .api import enhance, enhance_file  # noqa: E402
 
-__all__ = ["enhance", "enhance_file", "__version__"]
+def get_model(*args, **kwargs):
+    """speechlens_cli.api.get_model, after runtime.prepare() (same arguments): load the model
+    once, pass it to every call."""
+    runtime.prepare()
+    from .api import get_model as run
+
+    return run(*args, **kwargs)
+
+
+__all__ = ["enhance", "enhance_file", "get_model", "runtime", "__version__"]

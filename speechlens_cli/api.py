@@ -1,6 +1,12 @@
 """The Python API the CLI is built on; its defaults are the CLI's defaults.
 
-Load the model once and pass it to every call (each call given a path or None loads it again)::
+Load the model once and pass it to every call (each call given a path or None loads it again).
+get_model() prepares the process (runtime.prepare: full float32, glibc's large-block settings);
+on Linux the optimized BLAS is loaded only if that runs before MLX is imported, which importing
+this module does, hence the first lines (or use the package's speechlens_cli.enhance, ...)::
+
+    from speechlens_cli import runtime
+    runtime.prepare()                       # before MLX is imported: runtime.restore() undoes it
 
     import soundfile as sf
     from speechlens_cli import api
@@ -23,7 +29,7 @@ import mlx.core as mx
 import numpy as np
 
 from . import audio as audio_io
-from . import checkpoint
+from . import checkpoint, runtime
 from .audio import AudioInfo, OutputFormat
 from .conveyor import Conveyor, Finished, Work
 from .errors import (
@@ -58,7 +64,9 @@ ModelSpec = SEMamba | str | os.PathLike | None
 
 def get_model(model: ModelSpec = None) -> SEMamba:
     """An already-loaded model passes through; anything else is resolved and loaded (None:
-    $SPEECHLENS_MODEL, else nvidia/RE-USE). Load once, pass the result to every call."""
+    $SPEECHLENS_MODEL, else nvidia/RE-USE). Load once, pass the result to every call. The
+    process is prepared first (runtime.prepare, once; runtime.opt_out declines it)."""
+    runtime.prepare()
     return model if isinstance(model, SEMamba) else checkpoint.load_model(model)
 
 
@@ -460,12 +468,10 @@ def select_device(name: str = DEFAULT_DEVICE) -> str:
     """Make `name` (auto, gpu or cpu) MLX's default device; returns the device chosen."""
     if name not in DEVICES:
         raise UsageError(f"device must be one of {', '.join(DEVICES)}, got {name!r}")
-    has_gpu = mx.is_available(mx.gpu)
+    has_gpu = runtime.gpu_backend() is not None
     if name == "gpu" and not has_gpu:
         raise UsageError(
             "no GPU in this MLX build (Metal needs Apple silicon, CUDA needs "
             "pip install 'speechlens[cuda]'); use --device cpu"
         )
-    device = mx.gpu if name == "gpu" or (name == "auto" and has_gpu) else mx.cpu
-    mx.set_default_device(device)
-    return "gpu" if device == mx.gpu else "cpu"
+    return runtime.use("gpu" if name == "gpu" or (name == "auto" and has_gpu) else "cpu").device

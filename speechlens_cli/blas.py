@@ -2,8 +2,10 @@
 
 The Linux `mlx[cpu]` wheel links the slow reference BLAS (~4 GFLOP/s here). Loading an
 optimized BLAS's `cblas_sgemm` with RTLD_GLOBAL *before* MLX is imported puts it first in the
-dynamic linker's global scope, so MLX binds to it (~5-7x faster matmuls, measured). This module
-must therefore be imported before `mlx.core`; speechlens_cli/__init__.py does so.
+dynamic linker's global scope, so MLX binds to it (~5-7x faster matmuls, measured). MLX binds
+its BLAS when mlx.core is imported (Python loads extensions with RTLD_NOW: a library loaded
+after that changes nothing, measured), so preload() must run before `mlx.core` is imported;
+runtime.prepare() calls it, and importing this module loads nothing.
 
 MLX's calls go through the small `_blas_shim` library (csrc/blas_shim.c): it reaches
 scipy-openblas32, whose symbols carry a `scipy_` prefix, and it runs the BLAS single-threaded
@@ -53,7 +55,8 @@ def preload() -> str | None:
         status = "not needed on this platform"
         return None
     if "mlx.core" in sys.modules:
-        status = "MLX was imported before speechlens: MLX keeps its own BLAS"
+        status = ("MLX was imported before speechlens_cli.runtime.prepare(): MLX keeps its "
+                  "own BLAS")
         return None
     choice = settings.BLAS.value()
     if choice is None:

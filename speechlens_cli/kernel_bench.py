@@ -32,7 +32,7 @@ from functools import partial
 import mlx.core as mx
 import numpy as np
 
-from . import kernels
+from . import kernels, runtime
 from .bench.environment import cpu_model, gpu_name
 
 PRODUCTION_SHAPES = ((442, 251, 256), (251, 442, 256))
@@ -167,6 +167,9 @@ def main(argv=None) -> int:
     p.add_argument("--json", help="also write the rows and environment to this JSON file")
     args = p.parse_args(argv)
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",") if s]
+    # As the CLI, but with MLX already imported: its own BLAS (the kernels here use none), the
+    # heap and full float32 before the first GPU operation.
+    runtime.prepare()
     env = environment()
     rows = run(shapes, args.repeats, args.warmup, args.ops_repeats, args.skip_ops,
                tuple(m for m in args.modes.split(",") if m))

@@ -23,7 +23,7 @@ from pathlib import Path
 import mlx.core as mx
 import numpy as np
 
-from . import kernels
+from . import kernels, runtime
 from .audio import AudioInfo, OutputFormat, open_reader, open_sink, read_block
 from .errors import AudioInputError, EnhancementError, UsageError
 from .model.config import ModelConfig
@@ -113,7 +113,7 @@ def window_bytes(cfg: ModelConfig, samples: int, sample_rate: int) -> int:
     """About the most memory the model takes for one channel of a window of `samples`."""
     stft = cfg.stft_params(sample_rate)
     frames = samples // stft.hop + 1
-    direct = kernels.backend() == "cpu" and kernels.cpu_library() is not None
+    direct = runtime.current().backend == "cpu" and kernels.cpu_library() is not None
     return (_FIXED_BYTES["direct" if direct else "tiled"] + _weight_bytes(cfg)
             + _BYTES_PER_CELL * frames * stft.n_bins * cfg.hid_feature)
 
@@ -244,7 +244,7 @@ def _sysctl(name: str) -> int | None:
 def _host_memory_budget() -> int | None:
     """What a window may take where the model runs in host memory (the CPU, Apple's unified
     memory); None elsewhere (a CUDA GPU's own memory) or where nothing can be read."""
-    if mx.default_device() != mx.cpu and not mx.metal.is_available():
+    if not runtime.current().host_memory:
         return None
     return available_bytes()
 

@@ -119,14 +119,15 @@ def _seconds(text: str) -> float:
 
 
 def _is_default(text: str) -> bool:
-    """SPEECHLENS_HEAP: read at import, so no value is refused (an error there would be a
-    traceback, not one line)."""
+    """SPEECHLENS_HEAP: read when the process is prepared (runtime.prepare, before the CLI's
+    error handling), so no value is refused (an error there would be a traceback, not one
+    line)."""
     return text.lower() == "default"
 
 
 def _blas(text: str) -> str | None:
-    """None for a value that loads no BLAS, else the library's name or path (read at import:
-    no value is refused)."""
+    """None for a value that loads no BLAS, else the library's name or path (read when the
+    process is prepared, as SPEECHLENS_HEAP: no value is refused)."""
     return None if text.lower() in BLAS_OFF else text
 
 

@@ -33,7 +33,7 @@ def on_cpu():
     """MLX's CPU device for one test, then the device before it again: for what only the CPU
     backend has (its library's settings, the up-front window memory check), on any machine.
     A CLI call in such a test passes --device cpu too (auto would pick a GPU)."""
-    import mlx.core as mx  # here: speechlens_cli must load its BLAS before mlx.core is imported
+    import mlx.core as mx  # here: runtime.prepare() must load the BLAS before mlx.core is imported
 
     before = mx.default_device()
     mx.set_default_device(mx.cpu)

@@ -12,8 +12,10 @@ from pathlib import Path
 
 sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
-import speechlens_cli  # noqa: E402,F401,I001  (before MLX: fast BLAS on Linux CPUs)
-import mlx.core as mx  # noqa: E402
+from speechlens_cli import runtime  # noqa: E402
+
+runtime.prepare()  # before MLX is imported: the fast BLAS on Linux CPUs, full float32
+import mlx.core as mx  # noqa: E402,I001
 import numpy as np  # noqa: E402
 import reference as ref  # noqa: E402
 from speechlens_cli import kernels  # noqa: E402

@@ -37,7 +37,7 @@ REPO = Path(__file__).resolve().parents[1]
 #: The CLI in a child process, with Ctrl-C handling on even when pytest runs in a background job
 #: (which starts children with SIGINT ignored, as a terminal never would).
 CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-         "from speechlens_cli.cli import main; sys.argv[0] = 'speechlens'; main()")
+         "from speechlens_cli.__main__ import main; sys.argv[0] = 'speechlens'; main()")
 
 
 def invoke(*args, **kwargs):

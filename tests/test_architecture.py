@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "speechlens_cli"
 
 # Lower numbers are lower layers; a module may import its own layer or any lower one.
 LAYERS = {
-    "errors": 0, "settings": 0, "blas": 0, "heap": 0, "kernels": 0, "results": 0,
+    "errors": 0, "settings": 0, "blas": 0, "heap": 0, "runtime": 0, "kernels": 0, "results": 0,
     "model": 1, "hub": 1,
     "checkpoint": 2, "audio": 2, "synthetic": 2,
     "pipeline": 3, "conveyor": 3, "api": 3, "scoring": 3, "report": 3,

@@ -4,8 +4,8 @@ OpenBLAS splits a product across its threads at boundaries that depend on the th
 on AMD Zen (OpenBLAS's Haswell kernels) rows on either side of a boundary round differently, so
 1 and 2 threads gave different bytes there. The shim runs the BLAS single-threaded over row
 blocks fixed by the shape; these tests run the same products under several thread counts, each
-in a fresh process (the count is read when the BLAS is loaded, before MLX), on MLX's CPU device
-on any machine.
+in a fresh process (the count is read when the BLAS is loaded, by runtime.prepare() before MLX
+is imported), on MLX's CPU device on any machine.
 """
 
 from __future__ import annotations
@@ -32,7 +32,8 @@ FLOAT32_BOUND = 1e-6
 _CHILD = """
 import json, sys
 import numpy as np
-from speechlens_cli import blas
+from speechlens_cli import blas, runtime
+runtime.prepare()
 import mlx.core as mx
 mx.set_default_device(mx.cpu)  # the BLAS is the CPU backend's (a GPU does its own matmuls)
 shapes, folder = json.loads(sys.argv[1]), sys.argv[2]
@@ -89,8 +90,8 @@ def test_matmuls_are_byte_identical_at_any_thread_count(tmp_path):
 @needs_linux
 def test_a_disabled_blas_is_reported(tmp_path):
     env = {**os.environ, blas.BLAS_ENV: "off"}
-    done = subprocess.run([sys.executable, "-c", "from speechlens_cli import blas; "
-                           "print(blas.status, blas.loaded, blas.threads)"],
+    done = subprocess.run([sys.executable, "-c", "from speechlens_cli import blas, runtime; "
+                           "runtime.prepare(); print(blas.status, blas.loaded, blas.threads)"],
                           capture_output=True, text=True, cwd=REPO, env=env, timeout=120,
                           check=False)
     assert done.stdout.strip() == f"disabled by {blas.BLAS_ENV} None None", done.stderr
@@ -104,8 +105,9 @@ def test_scipy_openblas_is_the_library_and_version_its_package_names():
     package = pytest.importorskip("scipy_openblas32")
     named = os.path.join(package.get_lib_dir(), f"lib{package.get_library()}.so")
     assert os.path.samefile(blas.scipy_openblas_path(), named)
-    done = subprocess.run([sys.executable, "-c", "import sys; from speechlens_cli import blas; "
-                           "print(blas.status); print('scipy_openblas32' in sys.modules)"],
+    done = subprocess.run([sys.executable, "-c", "import sys; from speechlens_cli import blas, "
+                           "runtime; runtime.prepare(); print(blas.status); "
+                           "print('scipy_openblas32' in sys.modules)"],
                           capture_output=True, text=True, cwd=REPO, timeout=120, check=True,
                           env={k: v for k, v in os.environ.items() if k != blas.BLAS_ENV})
     status, imported = done.stdout.splitlines()

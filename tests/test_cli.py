@@ -519,7 +519,7 @@ def test_no_color_is_honoured(tmp_path):
 #: The CLI with Ctrl-C handling on even when pytest runs in a background job (which starts
 #: children with SIGINT ignored, as a terminal never would).
 _CHILD = ("import signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
-          "from speechlens_cli.cli import main; sys.argv[0] = 'speechlens'; main()")
+          "from speechlens_cli.__main__ import main; sys.argv[0] = 'speechlens'; main()")
 
 
 INTERRUPTS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,

@@ -13,8 +13,8 @@ from speechlens_cli import heap
 # Resident memory kept after a 128 MiB array is freed, in MiB.
 PROBE = """
 import os, numpy as np
-import speechlens_cli
-from speechlens_cli import heap
+from speechlens_cli import heap, runtime
+runtime.prepare()
 print(heap.status)
 def resident():
     with open("/proc/self/statm") as f:

@@ -261,7 +261,7 @@ def test_a_folder_of_media_is_a_batch(tmp_path, media_files, tiny_checkpoint):
 
 _LOADS_PYAV = """
 import sys
-from speechlens_cli.cli import main
+from speechlens_cli.__main__ import main
 main(sys.argv[1:], standalone_mode=False)
 print("av" in sys.modules)
 """

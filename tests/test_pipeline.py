@@ -388,7 +388,8 @@ def test_a_file_alone_is_the_whole_file_result(tmp_path, model):
 _MEASURE = textwrap.dedent("""
     import json, resource, sys
     import mlx.core as mx, numpy as np, soundfile as sf
-    from speechlens_cli import checkpoint
+    from speechlens_cli import checkpoint, runtime
+    runtime.prepare()   # as the CLI, but after MLX (its own BLAS)
     from speechlens_cli.api import enhance_channels
     from speechlens_cli.audio import OutputFormat
     from speechlens_cli.pipeline import Geometry, enhance_stream

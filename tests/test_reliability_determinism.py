@@ -92,6 +92,8 @@ def test_window_geometry_and_strict_mode_change_the_result(tmp_path, model):
 
 _CHILD = textwrap.dedent("""
     import hashlib, json, sys
+    from speechlens_cli import runtime
+    runtime.prepare()   # as the CLI: the BLAS loaded before MLX is imported
     from speechlens_cli import api, blas, checkpoint
     from speechlens_cli.audio import OutputFormat
     from speechlens_cli.pipeline import Geometry, enhance_stream

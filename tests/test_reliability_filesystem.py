@@ -234,7 +234,7 @@ _KERNEL_FAULTS = textwrap.dedent("""
     # Real refusals from the kernel, one CLI run each, in this one process: RLIMIT_FSIZE
     # (soft) makes write() fail with EFBIG past a size, as a full disk fails with ENOSPC.
     import contextlib, io, json, os, resource, signal, sys
-    from speechlens_cli.cli import main
+    from speechlens_cli.__main__ import main
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
     hard = resource.getrlimit(resource.RLIMIT_FSIZE)[1]
     report = []

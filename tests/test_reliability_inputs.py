@@ -398,6 +398,8 @@ LONG_TIMEOUT_S = 3000
 _MEASURE = textwrap.dedent("""
     import json, os, resource, sys, threading, time
     import numpy as np
+    from speechlens_cli import runtime
+    runtime.prepare()   # as the CLI
     from speechlens_cli import api, checkpoint
     from speechlens_cli.audio import OutputFormat
     from speechlens_cli.pipeline import Geometry, enhance_stream
@@ -484,7 +486,7 @@ _HUGE_SHARD = textwrap.dedent("""
     # 3 GB of address space (the run itself peaks near 0.7 GB): a plan that grew with N would
     # fail here with MemoryError instead of taking the machine's memory.
     resource.setrlimit(resource.RLIMIT_AS, (3 << 30, resource.RLIM_INFINITY))
-    from speechlens_cli.cli import main
+    from speechlens_cli.__main__ import main
     main(sys.argv[1:], prog_name="speechlens")
 """)
 
@@ -599,7 +601,9 @@ def test_endless_non_audio_on_stdin_is_refused_at_once(tmp_path, tiny_checkpoint
 #: the suite's process arrays other tests left for the garbage collector would count too.
 _WINDOW_PEAK = textwrap.dedent("""
     import sys
-    from speechlens_cli import checkpoint, pipeline   # first: it loads the BLAS MLX links
+    from speechlens_cli import runtime
+    runtime.prepare()   # first: it loads the BLAS MLX links
+    from speechlens_cli import checkpoint, pipeline
     from speechlens_cli.synthetic.speech import noisy_speech
     import mlx.core as mx
 
@@ -958,7 +962,7 @@ def test_a_signal_during_the_folder_scan_interrupts(tmp_path, tiny_checkpoint):
                 time.sleep(5)
             return dataclasses.replace(scan(root, exclude), audio=[])
         audio.scan_tree = scan_while_terminated
-        from speechlens_cli.cli import main
+        from speechlens_cli.__main__ import main
         sys.argv[0] = "speechlens"
         main()
     """)

@@ -17,7 +17,7 @@ NOT_FOR_A_WAV = ("onnxruntime", "huggingface_hub", "rich", "importlib.metadata",
 
 _RUN = """
 import json, sys
-from speechlens_cli.cli import main
+from speechlens_cli.__main__ import main
 try:
     main(sys.argv[1:])
 except SystemExit as done:

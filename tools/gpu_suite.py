@@ -276,7 +276,8 @@ def site_packages(venv: Path) -> Path:
 
 _CHECK = """
 import json, sys
-import speechlens_cli  # the optimized BLAS before mlx.core
+from speechlens_cli import runtime
+runtime.prepare()  # the optimized BLAS before mlx.core
 import mlx.core as mx
 from speechlens_cli import blas
 print(json.dumps({"cuda": mx.cuda.is_available(), "device": str(mx.default_device()),

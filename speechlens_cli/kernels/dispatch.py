@@ -25,7 +25,7 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
-from .. import settings
+from .. import runtime, settings
 from . import cpu_ops, cuda_conv2d, cuda_packed, cuda_projection, gpu, selfcheck
 from .contract import (
     CONV_WIDTH,
@@ -58,19 +58,15 @@ DISABLE_CONV_ENV_ALIAS = settings.DISABLE_CONV1D_ALIAS.name
 BACKENDS = ("cpu", "metal", "cuda")
 
 def gpu_backend() -> str | None:
-    """``"metal"`` or ``"cuda"`` when this MLX build has that GPU backend, else None."""
-    if mx.metal.is_available():
-        return "metal"
-    if mx.cuda.is_available():
-        return "cuda"
-    return None
+    """``"metal"`` or ``"cuda"`` when this MLX build has that GPU backend, else None
+    (runtime.gpu_backend)."""
+    return runtime.gpu_backend()
 
 
 def backend() -> str:
-    """``"metal"``, ``"cuda"`` or ``"cpu"``: where the kernels run for the default device."""
-    if mx.default_device().type == mx.DeviceType.cpu:
-        return "cpu"
-    return gpu_backend() or "cpu"
+    """``"metal"``, ``"cuda"`` or ``"cpu"``: where the kernels run for the default device
+    (runtime.current)."""
+    return runtime.current().backend
 
 
 

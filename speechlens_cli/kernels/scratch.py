@@ -25,6 +25,8 @@ from contextlib import contextmanager
 import mlx.core as mx
 import numpy as np
 
+from .. import runtime
+
 #: Bytes the pool may hold (lent and free) before a new buffer lets go of the free ones of
 #: other sizes. A window's BiMambas ask for two sizes, four buffers of one and one of the
 #: other: 0.7 GB at 5 s / 16 kHz. The sequence groups of long windows ask for more sizes.
@@ -98,7 +100,7 @@ _state = _State()
 @contextmanager
 def scratch_pool():
     """A pool for the duration of one model call; on the CPU only (elsewhere kernels are lazy)."""
-    if mx.default_device() != mx.cpu or _state.pools:
+    if not runtime.current().on_cpu or _state.pools:
         yield
         return
     _state.pools.append(_Pool())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mlx.core as mx
 import mlx.nn as nn
 
-from .. import kernels, settings
+from .. import kernels, runtime, settings
 from .scheduling import in_turn, joined, rows_with_halo, time_tiles
 
 _SUM_BLOCK = 64
@@ -172,7 +172,7 @@ def _cudnn_conv(x: mx.array, weight: mx.array, bias: mx.array | None, stride, pa
 
 def _cudnn_convs() -> bool:
     """Whether convs go to mx.conv2d: on a GPU with TF32 on (cuDNN's choice of algorithms)."""
-    return mx.default_device() != mx.cpu and settings.TF32.value()
+    return not runtime.current().on_cpu and settings.TF32.value()
 
 
 class InstanceNorm(nn.Module):
@@ -279,7 +279,7 @@ def _elementwise() -> tuple:
     operation held by a pending graph; measured). The CPU keeps plain ops: MLX compiles there
     with the system's C++ compiler at run time, and the CPU library does this work where it is
     present."""
-    if mx.default_device() == mx.cpu:
+    if runtime.current().on_cpu:
         return _squared_deviation, _affine, _affine_prelu
     return _COMPILED
 

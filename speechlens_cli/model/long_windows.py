@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from .. import runtime
 from .layers import InstanceNorm, PlaneStats, PReLU, SubPixelConv
 from .scheduling import in_turn, joined, plane_rows, rows_with_halo
 
-#: A window whose full-resolution 64-channel plane is larger than this runs in tiles, by device:
+#: A window whose full-resolution 64-channel plane is larger than this runs in tiles, by device
+#: (runtime.Runtime.device):
 #: on a GPU 30 s at 44.1 or 48 kHz (1.5 GB planes; 5-s windows, 247 MB at 48 kHz, never do);
 #: never on the CPU (None), whose memory is the host's (8.7 GB at 30 s / 48 kHz, measured) and
 #: whose encoder the tiles made 2.6x slower (5 s at 48 kHz: 8.7 -> 22.8 s, AMD EPYC, 2 cores).
@@ -40,7 +42,7 @@ def is_long(shape: tuple[int, ...], channels: int) -> bool:
     """Whether a full-resolution plane of `shape` [B, T, F, ...] with `channels` channels is
     over the default device's LONG_PLANE_BYTES."""
     batch, frames, bins = shape[:3]
-    limit = LONG_PLANE_BYTES["cpu" if mx.default_device() == mx.cpu else "gpu"]
+    limit = LONG_PLANE_BYTES[runtime.current().device]
     return limit is not None and 4 * batch * frames * bins * channels > limit
 
 

@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from .. import runtime
+
 #: A dense layer's time tile is sized so that its kernel-width taps take about this many bytes
 #: (a tile builds nothing else: it reads the earlier outputs, kept padded, in place); the
 #: full-resolution encoder then never holds the concatenation of all earlier outputs, or its
 #: taps, for the whole window (30 s at 48 kHz: 5.9 GB and 17.8 GB). The CPU wants tiles that
 #: stay in cache (encoder at 5 s / 16 kHz: 5.2 s with 16 MB tiles, 7.1 s with 64 MB); a GPU
 #: wants few large ones (5 s / 44.1 kHz on an H200: 235 ms with 256 MB tiles, 273 ms with
-#: 64 MB). Measured; both keep parity.
+#: 64 MB). Measured; both keep parity. By runtime.Runtime.device.
 TILE_BYTES = {"cpu": 16 * 2**20, "gpu": 256 * 2**20}
 
 class Pending:
@@ -62,7 +64,7 @@ def time_tiles(frames: int, width: int, in_channels: int,
     """Time tiles of a dense layer, sized for the default device (TILE_BYTES) by its tiles'
     kernel-width taps: float32, `kernel_width` * `in_channels` per cell of `width` cells a frame."""
     return tiles(frames, 4 * width * in_channels * kernel_width,
-                 TILE_BYTES["cpu" if mx.default_device() == mx.cpu else "gpu"])
+                 TILE_BYTES[runtime.current().device])
 
 
 def rows_with_halo(x: mx.array, start: int, end: int, halo: int, width_pad: int = 0) -> mx.array:
