@@ -16,13 +16,16 @@ this module does, hence the first lines (or use the package's speechlens_cli.enh
         audio, rate = sf.read(name, dtype="float32")
         clean = api.enhance(audio, rate, model=model)
         api.enhance_file(name, f"clean-{name}", model=model)   # streamed, for long files
+
+Below enhance_file, plan_file, run_plan and run_plans take each file's options as one
+EnhanceOptions (its defaults are the CLI's); a run's results are results.FileResult.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import mlx.core as mx
@@ -57,7 +60,7 @@ from .pipeline import (
     original_share,
     plan_windows,
 )
-from .results import FileResult, Status
+from .results import AudioFacts, FileResult, Status
 
 ModelSpec = SEMamba | str | os.PathLike | None
 
@@ -96,6 +99,9 @@ _ARGUMENTS = {
     "bit_rate": ("bits per second (an integer), or None",
                  lambda v: v is None or (_is_number(v) and float(v).is_integer())),
     "progress": ("a callable, or None", lambda v: v is None or callable(v)),
+    "track": ("a track's number from 0 (an integer), or None",
+              lambda v: v is None or (isinstance(v, (int, np.integer))
+                                      and not isinstance(v, (bool, np.bool_)) and v >= 0)),
 }
 
 
@@ -104,6 +110,36 @@ def _check_arguments(**arguments) -> None:
         what, valid = _ARGUMENTS[name]
         if not valid(value):
             raise UsageError(f"{name} must be {what}, got {value!r:.80}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class EnhanceOptions:
+    """How each file of a run is enhanced and written: the one place of the API's and the CLI's
+    defaults (`speechlens enhance`'s options take theirs from here). Checked when made: a value
+    of the wrong type, or out of range, is a UsageError naming it."""
+
+    #: A little slower; the same output on every kind of CPU, closest to a float64 run.
+    strict: bool = False
+    overwrite: bool = False   # replace an existing output
+    #: Windows of this many seconds; None: each file whole up to MAX_WINDOW_SECONDS, longer
+    #: ones in windows of it (pipeline.plan_windows).
+    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS
+    overlap: float = DEFAULT_OVERLAP   # the cross-fade between windows, a fraction of one
+    subtype: str | None = None   # the output's encoding; None: the input's
+    #: Keep some of the original: what is removed goes at most this many dB down
+    #: (pipeline.mix_original); None: no limit.
+    atten_lim_db: float | None = None
+    #: A lossy output's, in bits per second; None: the input's for its own codec, else a
+    #: speech rate.
+    bit_rate: int | None = None
+    track: int | None = None   # a media file's audio track, from 0; None: its default one
+
+    def __post_init__(self) -> None:
+        _check_arguments(**{item.name: getattr(self, item.name) for item in fields(self)})
+        check_settings(self.chunk_seconds, self.overlap)
+        check_atten_lim(self.atten_lim_db)
+        if self.bit_rate is not None:
+            audio_io.parse_bit_rate(str(self.bit_rate), "bit_rate")
 
 
 #: Integer PCM the API takes, and the full scale each is divided by (soundfile's reading of
@@ -244,39 +280,36 @@ class FilePlan:
     root: Path | None = None  # the output folder named, when `destination` is mirrored below it
     residual: Residual | None = None  # where what is removed goes too (--residual)
 
-    def facts(self) -> dict:
+    def facts(self) -> AudioFacts:
         """What a report shows about the file before and after enhancing it."""
-        return {"sample_rate": self.info.sample_rate, "channels": self.info.channels,
-                "frames": self.info.frames, "seconds": round(self.info.seconds, 6),
-                "format": self.output.format, "subtype": self.output.subtype}
+        return AudioFacts(self.info.sample_rate, self.info.channels, self.info.frames,
+                          round(self.info.seconds, 6), self.output.format, self.output.subtype)
 
 
 def plan_file(
     source: str | os.PathLike,
     destination: str | os.PathLike,
+    options: EnhanceOptions | None = None,
     *,
-    overwrite: bool = False,
-    subtype: str | None = None,
     container: str | None = None,
     name: str | None = None,
     create_folders: bool = False,
-    track: int | None = None,
     inputs: frozenset = frozenset(),
     root: str | os.PathLike | None = None,
-    bit_rate: int | None = None,
 ) -> FilePlan:
     """Every check that needs no model: a readable input at a supported rate, an output that is
-    not the input, does not exist (unless `overwrite`), lands in a writable folder and has a
-    container that holds every stream copied from a media input.
+    not the input, does not exist (unless `options.overwrite`), lands in a writable folder and
+    has a container that holds every stream copied from a media input.
 
     With `create_folders`, a missing output folder is fine when its nearest existing ancestor is
-    writable (the batch mirrors the input tree into it). `track` picks a media file's audio
-    track (from 0; the default track otherwise); any other file has none to pick, a usage
-    error. `inputs`, every input of the run (audio_io.identities): an output among them is
-    refused, as replacing it would lose it.
+    writable (the batch mirrors the input tree into it). `options.track` picks a media file's
+    audio track; any other file has none to pick, a usage error. `inputs`, every input of the
+    run (audio_io.identities): an output among them is refused, as replacing it would lose it.
     `root`, the output folder named when `destination` is mirrored below it: no symbolic link
-    between the two is followed. `bit_rate`: a lossy output's, in bits per second.
+    between the two is followed.
     """
+    options = options or EnhanceOptions()
+    overwrite, track = options.overwrite, options.track
     source, destination = Path(source), Path(destination)
     root = destination.parent if root is None else Path(root)
     if not destination.is_relative_to(root):
@@ -289,18 +322,20 @@ def plan_file(
                          "tracks to choose from (--track)")
     _check_destination(source, destination, root, inputs=inputs, overwrite=overwrite,
                        create_folders=create_folders)
-    output = audio_io.output_format(info, destination, subtype, container=container,
-                                    source=source, bit_rate=bit_rate)
+    output = audio_io.output_format(info, destination, options.subtype, container=container,
+                                    source=source, bit_rate=options.bit_rate)
     audio_io.check_copies_fit(info, output, str(destination))
     return FilePlan(source, destination, info, output, overwrite, name, root)
 
 
-def plan_residual(plan: FilePlan, residual: str | os.PathLike, *, subtype: str | None = None,
-                  create_folders: bool = False, inputs: frozenset = frozenset(),
-                  bit_rate: int | None = None) -> FilePlan:
+def plan_residual(plan: FilePlan, residual: str | os.PathLike,
+                  options: EnhanceOptions | None = None, *, create_folders: bool = False,
+                  inputs: frozenset = frozenset()) -> FilePlan:
     """`plan`, also writing what is removed (input minus output) to `residual`: checked as the
-    output is, and written by the output's rules (its suffix decides the container; `bit_rate`
-    is its encoder's where it is lossy, as the output's is)."""
+    output is, and written by the output's rules (its suffix decides the container; `options`'
+    subtype, and bit rate where it is lossy, as the output's are)."""
+    options = options or EnhanceOptions()
+    subtype, bit_rate = options.subtype, options.bit_rate
     residual = Path(residual)
     if audio_io.same_file(residual, plan.destination) or residual == plan.destination:
         raise UsageError(f"{residual}: is the output itself; the residual needs its own name")
@@ -339,14 +374,14 @@ def _check_destination(source: Path, destination: Path, root: Path, *, inputs: f
     audio_io.check_writable(audio_io.nearest_existing(folder) if create_folders else folder)
 
 
-def check_plan(plan: FilePlan, config: ModelConfig, *,
-               chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
-               overlap: float = DEFAULT_OVERLAP) -> Geometry:
+def check_plan(plan: FilePlan, config: ModelConfig,
+               options: EnhanceOptions | None = None) -> Geometry:
     """The checks of a planned file that need the model's configuration, not its weights (long
     enough for one STFT frame, windows that fit in memory): run_plan's, and a dry run's."""
+    options = options or EnhanceOptions()
     check_length(config, plan.info.frames, plan.info.sample_rate, f"{plan.name}:")
-    return plan_windows(config, plan.info.frames, plan.info.sample_rate, chunk_seconds,
-                        overlap, plan.name)
+    return plan_windows(config, plan.info.frames, plan.info.sample_rate, options.chunk_seconds,
+                        options.overlap, plan.name)
 
 
 def untrained_rate_note(plan: FilePlan) -> str | None:
@@ -363,32 +398,31 @@ def untrained_rate_note(plan: FilePlan) -> str | None:
 def run_plans(
     items: Iterable,
     model: SEMamba,
+    options: EnhanceOptions | None = None,
     *,
-    strict: bool = False,
-    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
-    overlap: float = DEFAULT_OVERLAP,
-    atten_lim_db: float | None = None,
     on_start: Callable[[FilePlan], ProgressFn | None] | None = None,
     after: Callable[[FilePlan, FileResult], FileResult] | None = None,
 ) -> Conveyor:
-    """Every FilePlan among `items` through `model`, reading the next files and writing the
-    finished ones beside the model (conveyor.Conveyor, to use in a `with` block); anything else
-    passes through. Iterating gives one outcome per item, in order: a FilePlan's FileResult or
-    the SpeechlensError that failed it alone, any other item as it is. `on_start(plan)`, as a
-    file's first window reaches the model, may return its progress callback; `after(plan,
-    result)`, once the file is published, gives the result reported, on the writer's thread
-    beside the model (scores; its SpeechlensError fails the file, whose output stays)."""
+    """Every FilePlan among `items` through `model` as `options` say, reading the next files
+    and writing the finished ones beside the model (conveyor.Conveyor, to use in a `with`
+    block); anything else passes through. Iterating gives one outcome per item, in order: a
+    FilePlan's FileResult or the SpeechlensError that failed it alone, any other item as it is.
+    `on_start(plan)`, as a file's first window reaches the model, may return its progress
+    callback; `after(plan, result)`, once the file is published, gives the result reported, on
+    the writer's thread beside the model (scores; its SpeechlensError fails the file, whose
+    output stays)."""
+    options = options or EnhanceOptions()
     works = []
     for item in items:
         if isinstance(item, FilePlan):
             try:
-                geometry = check_plan(item, model.config, chunk_seconds=chunk_seconds,
-                                      overlap=overlap)
+                geometry = check_plan(item, model.config, options)
             except SpeechlensError as error:
                 item = error
             else:
-                item = Work(item, geometry, window_enhancer(model, item.info.sample_rate,
-                                                            strict, item.name), atten_lim_db)
+                item = Work(item, geometry,
+                            window_enhancer(model, item.info.sample_rate, options.strict,
+                                            item.name), options.atten_lim_db)
         works.append(item)
 
     def finish(work: Work, finished: Finished) -> FileResult:
@@ -401,28 +435,19 @@ def run_plans(
 
 def _done(work: Work, finished: Finished) -> FileResult:
     plan, stream = work.plan, finished.stream
-    return FileResult(plan.name, str(plan.destination), Status.DONE, {
-        **plan.facts(), "frames": stream.frames, "windows": stream.windows,
-        "clamped": stream.clamped, "elapsed_seconds": round(finished.elapsed_seconds, 3),
-        **({"residual": str(plan.residual.destination)} if plan.residual else {}),
-    })
+    return FileResult(
+        plan.name, str(plan.destination), Status.DONE,
+        audio=replace(plan.facts(), frames=stream.frames), windows=stream.windows,
+        clamped=stream.clamped, elapsed_seconds=round(finished.elapsed_seconds, 3),
+        residual=str(plan.residual.destination) if plan.residual else None)
 
 
-def run_plan(
-    plan: FilePlan,
-    model: SEMamba,
-    *,
-    strict: bool = False,
-    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
-    overlap: float = DEFAULT_OVERLAP,
-    progress: ProgressFn | None = None,
-    atten_lim_db: float | None = None,
-) -> FileResult:
+def run_plan(plan: FilePlan, model: SEMamba, options: EnhanceOptions | None = None, *,
+             progress: ProgressFn | None = None) -> FileResult:
     """Stream one planned file through `model` into a temporary file, then rename it into place
     (run_plans for one file: its next windows read, and its finished ones written, beside the
-    model); `atten_lim_db` keeps some of the original (pipeline.mix_original)."""
-    with run_plans([plan], model, strict=strict, chunk_seconds=chunk_seconds, overlap=overlap,
-                   atten_lim_db=atten_lim_db, on_start=lambda _: progress) as runs:
+    model)."""
+    with run_plans([plan], model, options, on_start=lambda _: progress) as runs:
         (outcome,) = runs
     if isinstance(outcome, SpeechlensError):
         raise outcome
@@ -434,14 +459,14 @@ def enhance_file(
     destination: str | os.PathLike,
     *,
     model: ModelSpec = None,
-    strict: bool = False,
-    overwrite: bool = False,
-    chunk_seconds: float | None = DEFAULT_CHUNK_SECONDS,
-    overlap: float = DEFAULT_OVERLAP,
-    subtype: str | None = None,
+    strict: bool = EnhanceOptions.strict,
+    overwrite: bool = EnhanceOptions.overwrite,
+    chunk_seconds: float | None = EnhanceOptions.chunk_seconds,
+    overlap: float = EnhanceOptions.overlap,
+    subtype: str | None = EnhanceOptions.subtype,
     progress: ProgressFn | None = None,
-    atten_lim_db: float | None = None,
-    bit_rate: int | None = None,
+    atten_lim_db: float | None = EnhanceOptions.atten_lim_db,
+    bit_rate: int | None = EnhanceOptions.bit_rate,
 ) -> dict:
     """Enhance one audio file into another, streaming: same rate, channels, length and format.
 
@@ -449,19 +474,14 @@ def enhance_file(
     `--json` prints for the file; `clamped` counts samples an integer format had to clamp.
     `atten_lim_db` keeps some of the original (pipeline.mix_original); `bit_rate`, a lossy
     output's in bits per second (default: the input's for its own codec, else a speech rate).
+    The keywords are EnhanceOptions' (its defaults); plan_file and run_plan take one whole.
     """
-    _check_arguments(source=source, destination=destination, model=model, strict=strict,
-                     overwrite=overwrite, chunk_seconds=chunk_seconds, overlap=overlap,
-                     subtype=subtype, progress=progress, atten_lim_db=atten_lim_db,
-                     bit_rate=bit_rate)
-    check_settings(chunk_seconds, overlap)
-    check_atten_lim(atten_lim_db)
-    if bit_rate is not None:
-        audio_io.parse_bit_rate(str(bit_rate), "bit_rate")
-    plan = plan_file(source, destination, overwrite=overwrite, subtype=subtype,
-                     bit_rate=bit_rate)
-    return run_plan(plan, get_model(model), strict=strict, chunk_seconds=chunk_seconds,
-                    overlap=overlap, progress=progress, atten_lim_db=atten_lim_db).as_dict()
+    _check_arguments(source=source, destination=destination, model=model, progress=progress)
+    options = EnhanceOptions(strict=strict, overwrite=overwrite, chunk_seconds=chunk_seconds,
+                             overlap=overlap, subtype=subtype, atten_lim_db=atten_lim_db,
+                             bit_rate=bit_rate)
+    plan = plan_file(source, destination, options)
+    return run_plan(plan, get_model(model), options, progress=progress).as_dict()
 
 
 def select_device(name: str = DEFAULT_DEVICE) -> str:

@@ -879,16 +879,26 @@ def test_version_names_mlx_and_backend():
 
 
 def test_defaults_are_shared_with_the_api():
-    """The CLI's defaults are the pipeline's constants, which enhance_file also uses."""
+    """The CLI's defaults are api.EnhanceOptions', which enhance_file's keywords also take;
+    its window defaults are the pipeline's constants."""
+    import dataclasses
     import inspect
 
     from speechlens_cli import api, pipeline
 
     params = {p.name: p.default for p in cli.enhance.enhance.params}
     signature = inspect.signature(api.enhance_file).parameters
-    assert params["chunk_seconds"] == signature["chunk_seconds"].default == \
-        pipeline.DEFAULT_CHUNK_SECONDS
-    assert params["overlap"] == signature["overlap"].default == pipeline.DEFAULT_OVERLAP
+    defaults = api.EnhanceOptions()
+    cli_names = {"strict": "strict_mode"}
+    for field in dataclasses.fields(api.EnhanceOptions):
+        value = getattr(defaults, field.name)
+        assert params[cli_names.get(field.name, field.name)] == value, field.name
+        if field.name in signature:
+            assert signature[field.name].default == value, field.name
+    assert set(signature) - {"source", "destination", "model", "progress"} <= \
+        {field.name for field in dataclasses.fields(api.EnhanceOptions)}
+    assert (defaults.chunk_seconds, defaults.overlap) == \
+        (pipeline.DEFAULT_CHUNK_SECONDS, pipeline.DEFAULT_OVERLAP)
 
 
 def _long_run(tmp_path, tiny_checkpoint, prefix: str = ""):

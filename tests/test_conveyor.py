@@ -34,8 +34,9 @@ def write(path: Path, seconds: float, seed: int = 0, channels: int = 1) -> Path:
 
 def work(tmp_path: Path, name: str, seconds: float, fn, geometry=None, seed: int = 0) -> Work:
     source = write(tmp_path / f"{name}.wav", seconds, seed)
-    plan = api.plan_file(source, tmp_path / "out" / f"{name}.wav", subtype="FLOAT",
-                         create_folders=True, root=tmp_path / "out")
+    plan = api.plan_file(source, tmp_path / "out" / f"{name}.wav",
+                         api.EnhanceOptions(subtype="FLOAT"), create_folders=True,
+                         root=tmp_path / "out")
     return Work(plan, geometry or Geometry(plan.info.frames, 0), fn)
 
 

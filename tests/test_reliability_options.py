@@ -341,6 +341,32 @@ def test_the_python_api_refuses_a_wrong_argument_with_a_usage_error(tmp_path, ti
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.wav"]
 
 
+@pytest.mark.parametrize(("changed", "named"), [
+    ({"strict": 1}, "strict must be True or False"),
+    ({"chunk_seconds": "10"}, "chunk_seconds must be"),
+    ({"overlap": 0.9}, "overlap 0.9 is outside"),
+    ({"chunk_seconds": 0.01}, "chunk length 0.01 s is outside"),
+    ({"atten_lim_db": -3.0}, "attenuation limit -3 dB"),
+    ({"bit_rate": 3000}, "bit_rate 3000: give bits per second"),
+    ({"track": -1}, "track must be"),
+    ({"track": True}, "track must be"),
+])
+def test_enhance_options_are_checked_when_made(changed, named):
+    """api.EnhanceOptions, which run_plan, run_plans, plan_file and the CLI take: keyword-only,
+    frozen, and a wrong value is a UsageError naming it, as enhance_file's keywords are."""
+    from dataclasses import FrozenInstanceError
+
+    from speechlens_cli import api
+
+    with pytest.raises(UsageError) as refused:
+        api.EnhanceOptions(**changed)
+    assert str(refused.value).startswith(named), refused.value
+    with pytest.raises(TypeError):
+        api.EnhanceOptions(True)   # keywords only
+    with pytest.raises(FrozenInstanceError):
+        api.EnhanceOptions().strict = True
+
+
 # ------------------------------------------------------------------------------ build item 3: fsync
 
 @pytest.mark.parametrize("overwrite", [False, True], ids=["linked", "renamed"])

@@ -33,13 +33,13 @@ class ScoreRequest:
         from .. import report
 
         change = report.score_change(job.source, job.destination, job.name, job.shown_output)
-        fields = {**result.fields, "scores": change.as_dict()}
+        result = replace(result, scores=change.as_dict())
         if self.report is not None:
             page = self._page(job)
             report.write_file_page(page, job.source, job.destination,
                                    (job.name, job.shown_output), change)
-            fields["report"] = str(page)
-        return replace(result, fields=fields)
+            result = replace(result, report=str(page))
+        return result
 
     def _page(self, job: Job) -> Path:
         """One input's page is the path named; a batch's pages are named after their outputs
@@ -65,9 +65,9 @@ class ScoreRequest:
             return
         from .. import report
 
-        entries = [report.SummaryEntry(result.input, Path(result["report"]).name,
-                                       report.ScoreChange.from_dict(result["scores"]))
-                   for result in results if "report" in result.fields]
+        entries = [report.SummaryEntry(result.input, Path(result.report).name,
+                                       report.ScoreChange.from_dict(result.scores))
+                   for result in results if result.report is not None]
         report.write_summary(self._folder() / SUMMARY, entries, len(results) - len(entries))
 
     def plan_note(self) -> str:
@@ -137,13 +137,13 @@ def _check_page(report: str, path: Path) -> None:
 
 def score_line(result: FileResult) -> str | None:
     """A done file's scores in words (input -> output, change), or None without scores."""
-    if result.status is not Status.DONE or "scores" not in result.fields:
+    if result.status is not Status.DONE or result.scores is None:
         return None
     from .. import report
 
-    change = report.ScoreChange.from_dict(result["scores"])
+    change = report.ScoreChange.from_dict(result.scores)
     parts = ", ".join(f"{key.upper()} {getattr(change.input, key):.2f} -> "
                       f"{getattr(change.output, key):.2f} ({getattr(change.change, key):+.2f})"
                       for key in report.KEYS)
-    page = f"; page {result['report']}" if "report" in result.fields else ""
+    page = f"; page {result.report}" if result.report is not None else ""
     return f"{result.input}: DNSMOS {parts}{page}"

@@ -11,16 +11,7 @@ import click
 from .. import api, checkpoint, distributed
 from .. import audio as audio_io
 from ..errors import BatchFailedError, OutputError, SpeechlensError, UsageError
-from ..pipeline import (
-    CHUNK_SECONDS_RANGE,
-    DEFAULT_CHUNK_SECONDS,
-    DEFAULT_DEVICE,
-    DEFAULT_OVERLAP,
-    DEVICES,
-    MAX_WINDOW_SECONDS,
-    check_atten_lim,
-    check_settings,
-)
+from ..pipeline import CHUNK_SECONDS_RANGE, DEFAULT_DEVICE, DEVICES, MAX_WINDOW_SECONDS
 from ..results import Status
 from . import before_after, interrupts
 from .app import main
@@ -33,7 +24,10 @@ from .jobs import (
 )
 from .license import confirm_license
 from .reporting import Reporter
-from .runner import EnhanceOptions, run_jobs
+from .runner import RunOptions, run_jobs
+
+#: Each file's options as the API has them: where the options below take their defaults.
+_DEFAULT = api.EnhanceOptions()
 
 
 def _format_suffix(name: str | None) -> str | None:
@@ -105,19 +99,19 @@ line on stderr; no partial output is left.
 @click.option("--model", default=None, show_default=False,
               help="Hugging Face repo id, checkpoint folder or .safetensors file "
                    "[default: SPEECHLENS_MODEL, else nvidia/RE-USE].")
-@click.option("--strict-mode", is_flag=True,
+@click.option("--strict-mode", is_flag=True, default=_DEFAULT.strict,
               help="A little slower; the output is the same on every kind of CPU and closest "
                    "to an exact (float64) run of the model, by far less than can be heard: for "
                    "research comparisons.")
-@click.option("--chunk-seconds", type=float, default=DEFAULT_CHUNK_SECONDS, show_default=False,
+@click.option("--chunk-seconds", type=float, default=_DEFAULT.chunk_seconds, show_default=False,
               help=f"Force windows of this many seconds ({CHUNK_SECONDS_RANGE[0]:g}-"
                    f"{CHUNK_SECONDS_RANGE[1]:g}) [default: each file whole up to "
                    f"{MAX_WINDOW_SECONDS:g} s, longer ones in {MAX_WINDOW_SECONDS:g}-s windows; "
                    "shorter where memory is short].")
-@click.option("--overlap", type=float, default=DEFAULT_OVERLAP,
+@click.option("--overlap", type=float, default=_DEFAULT.overlap,
               help="Cross-fade between windows, as a fraction of the window (0-0.5).")
-@click.option("--atten-lim", "atten_lim_db", type=float, default=None, metavar="DB",
-              show_default=False,
+@click.option("--atten-lim", "atten_lim_db", type=float, default=_DEFAULT.atten_lim_db,
+              metavar="DB", show_default=False,
               help="Limit the attenuation to DB decibels: each window is mixed as "
                    "g*input + (1-g)*enhanced with g = 10^(-DB/20), so what the model removes "
                    "ends up at most DB dB down (0: the input unchanged; inf: no limit) "
@@ -135,23 +129,25 @@ line on stderr; no partial output is left.
                    "file, and in each --json object. Needs the `report` extra.")
 @click.option("--device", type=click.Choice(DEVICES), default=DEFAULT_DEVICE,
               help="Where MLX runs (auto: the GPU when this MLX build has one).")
-@click.option("--overwrite", is_flag=True, help="Replace existing outputs.")
+@click.option("--overwrite", is_flag=True, default=_DEFAULT.overwrite,
+              help="Replace existing outputs.")
 @click.option("--skip-existing", is_flag=True, help="Keep existing outputs (resume a batch).")
 @click.option("--fail-existing", is_flag=True,
               help="An existing output fails its file (a batch exits 3), where a batch or "
                    "--suffix otherwise reports it as exists and goes on.")
-@click.option("--subtype", default=None, show_default=False,
+@click.option("--subtype", default=_DEFAULT.subtype, show_default=False,
               help="Output encoding, e.g. PCM_16, PCM_24, FLOAT [default: the input's].")
 @click.option("--format", "output_suffix", default=None, metavar="SUFFIX", show_default=False,
               help="Container of every output, by suffix (wav, flac, m4a, mp4, webm, ...), "
                    "also on stdout where a pipe can carry it (not MP4's family) "
                    "[default: the output name's, else the input's; WAV on stdout].")
-@click.option("--bitrate", "bit_rate", default=None, metavar="RATE", show_default=False,
-              callback=_bit_rate_option,
+@click.option("--bitrate", "bit_rate", default=_DEFAULT.bit_rate, metavar="RATE",
+              show_default=False, callback=_bit_rate_option,
               help="Bit rate of a lossy output (AAC, Opus, MP3), e.g. 64k or 64000 "
                    "[default: the input's for the same codec, else 64k a channel for AAC and "
                    "MP3, 32k for Opus].")
-@click.option("--track", type=click.IntRange(min=0), default=None, show_default=False,
+@click.option("--track", type=click.IntRange(min=0), default=_DEFAULT.track,
+              show_default=False,
               help="Audio track of a media file to enhance, from 0 as in ffmpeg's -map 0:a:N "
                    "[default: the default track]; the others are copied.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per file on stdout.")
@@ -180,8 +176,9 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
     Started by mlx.launch, the processes share the batch and one report covers it all
     (docs/scale-out.md).
     """
-    check_settings(chunk_seconds, overlap)
-    check_atten_lim(atten_lim_db)
+    each = api.EnhanceOptions(strict=strict_mode, overwrite=overwrite,
+                              chunk_seconds=chunk_seconds, overlap=overlap, subtype=subtype,
+                              atten_lim_db=atten_lim_db, bit_rate=bit_rate, track=track)
     chosen = [name for name, on in (("--overwrite", overwrite), ("--skip-existing", skip_existing),
                                     ("--fail-existing", fail_existing)) if on]
     if len(chosen) > 1:
@@ -218,10 +215,9 @@ def enhance(paths: tuple[str, ...], output_dir: str | None, name_suffix: str | N
         if jobs and not dry_run:  # the license before anything could start a download
             confirm_license(model, accept_license, may_ask="-" not in paths)
 
-        options = EnhanceOptions(model, chosen_device, strict_mode, chunk_seconds, overlap,
-                                 overwrite, skip_existing, subtype, dry_run, track,
-                                 atten_lim_db, report_existing, bit_rate=bit_rate,
-                                 residual=residual, scores=scores)
+        options = RunOptions(enhance=each, model_spec=model, device=chosen_device,
+                             skip_existing=skip_existing, dry_run=dry_run,
+                             report_existing=report_existing, residual=residual, scores=scores)
 
         def new_reporter(live: bool, total: int) -> Reporter:
             # a rank that is not rank 0 reports nothing itself; rank 0 prints the whole plan

@@ -84,8 +84,8 @@ def check_shared_destination(jobs: list[Job], *, skip_existing: bool) -> None:
 def left_alone(item) -> FileResult:
     """The result of a file a folder batch does not enhance (see folder_jobs)."""
     if isinstance(item, audio_io.Skipped):
-        return FileResult(str(item.path), None, Status.SKIPPED, {"reason": item.reason})
-    return FileResult(str(item), None, Status.NOT_AUDIO, {"reason": "not an audio file"})
+        return FileResult(str(item.path), None, Status.SKIPPED, reason=item.reason)
+    return FileResult(str(item), None, Status.NOT_AUDIO, reason="not an audio file")
 
 
 def beside_inputs(paths: tuple[str, ...], suffix: str) -> tuple[list[Job], list]:

@@ -153,7 +153,7 @@ def print_summary(console, results: list[FileResult], elapsed: float) -> None:
     counts: dict[str, int] = {}
     for result in results:
         counts[result.status.value] = counts.get(result.status.value, 0) + 1
-    audio = sum(result["seconds"] for result in results if result.status is Status.DONE)
+    audio = sum(result.audio.seconds for result in results if result.status is Status.DONE)
     totals = ", ".join(f"{n} {status}" for status, n in counts.items())
     if audio:
         totals += (f"; {audio:.1f} s of audio enhanced in {elapsed:.1f} s "
@@ -171,9 +171,9 @@ def _print_table(console, results: list[FileResult]) -> None:
     for result in results:
         if result.status is Status.FAILED:
             continue
-        note = result.get("reason") or (
-            f"{result.get('clamped')} samples clamped" if result.get("clamped") else "")
-        audio = f"{result.fields['seconds']:.2f} s" if "seconds" in result.fields else ""
+        note = result.reason or (
+            f"{result.clamped} samples clamped" if result.clamped else "")
+        audio = f"{result.audio.seconds:.2f} s" if result.audio is not None else ""
         table.add_row(Text(result.input), Text(result.status.value, _STYLES[result.status]),
                       audio, Text(note))
     if table.row_count:
@@ -277,34 +277,34 @@ class Reporter:
                                    f"({error.strerror or error}) from {result.input} on")
         if result.status is Status.DONE:
             self._measured(result)
-            if result["clamped"]:
-                self.note(f"warning: {result.output}: {result['clamped']} samples clamped to "
-                          f"full scale ({result['subtype']} cannot hold louder peaks)")
+            if result.clamped:
+                self.note(f"warning: {result.output}: {result.clamped} samples clamped to "
+                          f"full scale ({result.audio.subtype} cannot hold louder peaks)")
             if not self.batch:
                 self.note(f"enhanced {result.input} -> {result.output}: "
-                          f"{result['seconds']:.2f} s of audio in "
-                          f"{result['elapsed_seconds']:.2f} s")
+                          f"{result.audio.seconds:.2f} s of audio in "
+                          f"{result.elapsed_seconds:.2f} s")
             scores = score_line(result)
             if scores:
                 self.note(scores)
         elif result.status is Status.FAILED and self.batch:  # a single file's is raised
-            self.display.print(f"error: {result['error']}")  # errors show under --quiet too
+            self.display.print(f"error: {result.error}")  # errors show under --quiet too
         elif result.status is Status.NOT_AUDIO:
             self.note(f"skipped, not audio: {result.input}")
 
     def _measured(self, result: FileResult) -> None:
         """Keep the file's speed for the next run's estimate; in a batch without a terminal,
         its line, with the time the rest will take at this run's speed."""
-        elapsed = result["elapsed_seconds"]
+        elapsed, audio = result.elapsed_seconds, result.audio
         if self.rate_key is not None:
-            speed.store_rate(self.rate_key, elapsed, result["frames"] * result["channels"])
-        self.audio_done += result["seconds"]
-        self.samples_done += result["frames"] * result["channels"]
+            speed.store_rate(self.rate_key, elapsed, audio.frames * audio.channels)
+        self.audio_done += audio.seconds
+        self.samples_done += audio.frames * audio.channels
         self.working += elapsed
         if not (self.batch and self.log_lines):
             return
         line = (f"[{len(self.results)}/{self.display.total_files}] {result.input}: "
-                f"{result['seconds']:.2f} s of audio in {elapsed:.2f} s")
+                f"{audio.seconds:.2f} s of audio in {elapsed:.2f} s")
         audio_left = self.planned_seconds - self.audio_done
         if audio_left > 0 and self.audio_done > 0:
             line += f"; {speed.about(audio_left * self.working / self.audio_done)} left"
@@ -312,9 +312,10 @@ class Reporter:
 
     def plan_line(self, result: FileResult) -> None:
         if self.plan_lines and result.status is Status.PLANNED and not self.as_json:
-            click.echo(f"{result.input} -> {result.output}: {result['sample_rate']} Hz, "
-                       f"{result['channels']} ch, {result['seconds']:.2f} s, "
-                       f"{result['format']}/{result['subtype']}")
+            audio = result.audio
+            click.echo(f"{result.input} -> {result.output}: {audio.sample_rate} Hz, "
+                       f"{audio.channels} ch, {audio.seconds:.2f} s, "
+                       f"{audio.format}/{audio.subtype}")
 
     def summary(self) -> None:
         if self.quiet or not self.batch:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from .. import api, checkpoint
 from .. import audio as audio_io
@@ -17,27 +17,20 @@ from .jobs import Job, residual_for
 from .reporting import Reporter
 
 
-@dataclass(frozen=True)
-class EnhanceOptions:
-    """What `enhance` was asked to do with every job."""
+@dataclass(frozen=True, kw_only=True)
+class RunOptions:
+    """What `enhance` was asked to do: each file's api.EnhanceOptions, and the run's own."""
 
-    model_spec: str | None
-    device: str
-    strict: bool
-    chunk_seconds: float | None
-    overlap: float
-    overwrite: bool
+    enhance: api.EnhanceOptions
+    model_spec: str | None   # --model (checkpoint.load_model's)
+    device: str              # the device chosen (api.select_device)
     skip_existing: bool
-    subtype: str | None
     dry_run: bool
-    track: int | None = None
-    atten_lim_db: float | None = None
     #: An existing output is reported as "exists" (a skip with a hint), not a failure: outputs
     #: the run names itself (a folder's tree, -o, --suffix), unless --fail-existing.
-    report_existing: bool = False
-    bit_rate: int | None = None  # a lossy output's, bits per second (--bitrate)
-    residual: str | None = None   # --residual PATH|SUFFIX (jobs.residual_for)
-    scores: ScoreRequest | None = None  # --score, --report (before_after.requested)
+    report_existing: bool
+    residual: str | None          # --residual PATH|SUFFIX (jobs.residual_for)
+    scores: ScoreRequest | None   # --score, --report (before_after.requested)
 
     @property
     def keeps_existing(self) -> bool:
@@ -45,7 +38,7 @@ class EnhanceOptions:
         return self.skip_existing or self.report_existing
 
 
-def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
+def run_jobs(jobs: list[Job], reporter: Reporter, options: RunOptions, *,
              batch: bool, inputs: frozenset) -> list[SpeechlensError]:
     """Plan every job, then report or run each in order; the model is loaded once, at the first
     real work. Planning all first gives the batch's progress its total of audio seconds.
@@ -64,7 +57,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
             return
         errors.append(error)
         reporter.record(FileResult(job.name, job.shown_output, Status.FAILED,
-                                   {"error": str(error)}))
+                                   error=str(error)))
 
     outcomes = _plan_jobs(jobs, options, batch=batch, inputs=inputs)
     plans = [o for o in outcomes if isinstance(o, api.FilePlan)]
@@ -78,7 +71,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
         if outcome.status is Status.DONE:
             if job.to_stdout:
                 audio_io.copy_to_stream(job.destination, sys.stdout.buffer)
-            outcome = FileResult(job.name, job.shown_output, outcome.status, outcome.fields)
+            outcome = replace(outcome, input=job.name, output=job.shown_output)
         reporter.record(outcome)
 
     _notes(plans, reporter)
@@ -93,11 +86,12 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     if first == len(jobs):
         return errors
     model = api.get_model(options.model_spec)
-    windows = (f"windows of {options.chunk_seconds:g} s" if options.chunk_seconds
+    each = options.enhance
+    windows = (f"windows of {each.chunk_seconds:g} s" if each.chunk_seconds
                else f"each file whole up to {MAX_WINDOW_SECONDS:g} s")
     reporter.note(f"model: {getattr(model, 'source', options.model_spec)} on {options.device}; "
-                  f"{windows}, overlap {options.overlap:g}", verbose=True)
-    reporter.model_ready(speed.rate_key(model, options.device, options.strict))
+                  f"{windows}, overlap {each.overlap:g}", verbose=True)
+    reporter.model_ready(speed.rate_key(model, options.device, each.strict))
     jobs_of = {id(plan): job for job, plan in zip(jobs, outcomes, strict=True)
                if isinstance(plan, api.FilePlan)}
 
@@ -111,9 +105,7 @@ def run_jobs(jobs: list[Job], reporter: Reporter, options: EnhanceOptions, *,
     def scored(plan: api.FilePlan, result: FileResult) -> FileResult:
         return options.scores.scored(result, jobs_of[id(plan)])
 
-    with api.run_plans(outcomes[first:], model, strict=options.strict,
-                       chunk_seconds=options.chunk_seconds, overlap=options.overlap,
-                       atten_lim_db=options.atten_lim_db, on_start=started,
+    with api.run_plans(outcomes[first:], model, each, on_start=started,
                        after=scored if options.scores is not None else None) as runs:
         rest = iter(jobs[first:])
         try:
@@ -140,7 +132,7 @@ def _notes(plans: list[api.FilePlan], reporter: Reporter) -> None:
                 reporter.note(f"note: {note}")
 
 
-def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: EnhanceOptions,
+def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: RunOptions,
              report) -> None:
     """Every check the real run makes before the model, then each file's plan line; `report`
     gives a job's failure or skip, as in a real run."""
@@ -153,17 +145,16 @@ def _dry_run(jobs: list[Job], outcomes: list, reporter: Reporter, options: Enhan
         if config is None:
             config = checkpoint.planning_config(options.model_spec)
         try:
-            api.check_plan(plan, config, chunk_seconds=options.chunk_seconds,
-                           overlap=options.overlap)
+            api.check_plan(plan, config, options.enhance)
         except SpeechlensError as error:
             report(job, error)
             continue
-        planned = FileResult(job.name, job.shown_output, Status.PLANNED, plan.facts())
+        planned = FileResult(job.name, job.shown_output, Status.PLANNED, audio=plan.facts())
         reporter.record(planned)
         reporter.plan_line(planned)
 
 
-def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
+def _plan_jobs(jobs: list[Job], options: RunOptions, *, batch: bool,
                inputs: frozenset) -> list[api.FilePlan | SpeechlensError | FileResult]:
     """Each job's plan, the error that refuses it, or its result already (an existing output
     kept: options.keeps_existing)."""
@@ -183,16 +174,13 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
             continue
         try:
             claim(job.destination)
-            plan = api.plan_file(
-                job.source, job.destination, overwrite=options.overwrite,
-                subtype=options.subtype, container=job.container, name=job.name,
-                create_folders=batch, track=options.track, inputs=inputs, root=job.root,
-                bit_rate=options.bit_rate)
+            plan = api.plan_file(job.source, job.destination, options.enhance,
+                                 container=job.container, name=job.name,
+                                 create_folders=batch, inputs=inputs, root=job.root)
             if options.residual is not None:
                 residual = residual_for(job, options.residual)
-                plan = api.plan_residual(plan, residual, subtype=options.subtype,
-                                         create_folders=batch, inputs=inputs,
-                                         bit_rate=options.bit_rate)
+                plan = api.plan_residual(plan, residual, options.enhance, create_folders=batch,
+                                         inputs=inputs)
                 claim(residual)
             outcomes.append(plan)
         except SpeechlensError as error:
@@ -200,8 +188,8 @@ def _plan_jobs(jobs: list[Job], options: EnhanceOptions, *, batch: bool,
     return outcomes
 
 
-def _skipped(job: Job, options: EnhanceOptions) -> FileResult:
+def _skipped(job: Job, options: RunOptions) -> FileResult:
     """An existing output left alone: asked for (--skip-existing), or found by a re-run, which
     says how to replace it."""
     reason = "output exists" if options.skip_existing else "exists (--overwrite replaces it)"
-    return FileResult(job.name, job.shown_output, Status.SKIPPED, {"reason": reason})
+    return FileResult(job.name, job.shown_output, Status.SKIPPED, reason=reason)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, NoReturn
 
 from ..errors import GroupExit, SpeechlensError, UsageError
@@ -133,7 +134,7 @@ class Share:
             for position, result in enumerate(part["results"]):
                 index = part["indices"][position] if position < len(part["indices"]) \
                     else self.jobs_total + position - len(part["indices"])
-                ordered.append((index, FileResult.from_dict({**result, "rank": rank})))
+                ordered.append((index, replace(FileResult.from_dict(result), rank=rank)))
         for _, result in sorted(ordered, key=lambda pair: pair[0]):
             reporter.record(result)
             reporter.plan_line(result)
