@@ -94,7 +94,7 @@ class Sink:
         params = read_back_params(self.output, self.sample_rate, self.channels)
         got, declared = 0, -1
         try:
-            with libsndfile.native_stderr_silenced(), \
+            with libsndfile.decoding_silenced(self.output.subtype), \
                     sf.SoundFile(libsndfile.native_path(path), **params) as check:
                 declared = check.frames
                 got = count_decoded(check, frames)
