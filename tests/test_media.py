@@ -236,7 +236,7 @@ def test_a_failed_media_write_leaves_nothing(tmp_path, media_files, tiny_checkpo
                                              monkeypatch):
     """Muxing fails after the first encoded block: one line naming the output, no output and
     no temporary file left."""
-    from speechlens_cli.audio import remux
+    from speechlens_cli.audio.write import remux
 
     def failing(self, seconds):
         raise av.error.InvalidDataError(1094995529, "Invalid data found")

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from speechlens_cli.audio import owners
+from speechlens_cli.audio.write import owners
 from tests.reliability import (
     CHILD,
     RATE,

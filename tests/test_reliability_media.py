@@ -157,7 +157,7 @@ def test_a_block_encoding_still_catches_a_short_write(tmp_path, monkeypatch, sub
     """The read-back check compares against the whole blocks written: a WAV whose last 256
     bytes never reached the disk (cut after closing, as a full disk would leave it) fails in
     one line and is never renamed into place; GSM 6.10 is one libsndfile cannot seek in."""
-    from speechlens_cli.audio import sink
+    from speechlens_cli.audio.write import sink
 
     close = sink.Sink.close
 

@@ -1,8 +1,8 @@
 """Audio files: what an input holds (``info``), reading (``read``; media containers through PyAV
-in ``media``), output formats (``formats``, the media ``containers``), writing (``sink`` with
-soundfile, ``remux`` with PyAV, chosen in ``writers``), atomic outputs (``outputs``),
-stdin/stdout (``streams``), folder trees (``tree``) and the library details they share
-(``libsndfile``, ``pyav``)."""
+in ``media``; standard input in ``stdin``), output formats (``formats``, the media
+``containers``), writing every output whole or not at all (the ``write`` package: where an
+output may go, atomic publication, the writers, standard output), folder trees (``tree``) and
+the library details they share (``libsndfile``, ``pyav``)."""
 
 from __future__ import annotations
 
@@ -19,23 +19,28 @@ from .formats import (
     writable_suffixes,
 )
 from .info import MAX_CHANNELS, AudioInfo, MediaTrack, check_channels, check_finite
-from .outputs import (
+from .read import open_reader, read_block, read_info
+from .stdin import spooled_stdin
+from .tree import Skipped, TreeScan, scan_tree
+from .write import (
     SEPARATORS,
+    Sink,
     atomic_output,
+    check_copies_fit,
     check_name_part,
     check_no_links,
     check_writable,
+    copy_to_stream,
+    detach_stdout,
     identities,
     make_folders,
     name_problem,
     nearest_existing,
+    open_sink,
     same_file,
+    stdout_folder,
+    write_line,
 )
-from .read import open_reader, read_block, read_info
-from .sink import Sink
-from .streams import copy_to_stream, detach_stdout, spooled_stdin, stdout_folder, write_line
-from .tree import Skipped, TreeScan, scan_tree
-from .writers import check_copies_fit, open_sink
 
 __all__ = [
     "MAX_CHANNELS", "SEPARATORS", "AudioInfo", "MediaTrack", "OutputFormat", "Sink", "Skipped",

@@ -25,7 +25,6 @@ from .containers import (
     muxer_options,
 )
 from .info import AudioInfo
-from .libsndfile import native_stderr_silenced
 
 _INTEGER_SUBTYPES = ("ALAC_16", "ALAC_20", "ALAC_24", "ALAC_32")
 #: Containers never written, and why: their probe alone would leave a file behind.
@@ -312,14 +311,13 @@ def block_frames(fmt: str, subtype: str, sample_rate: int, channels: int) -> int
     if subtype not in sf.available_subtypes() or not sf.check_format(fmt, subtype):
         return None
     output = OutputFormat(fmt, subtype)
-    try:
-        with native_stderr_silenced():
-            block, _ = _read_back(output, sample_rate, channels, 1)
-            if block < 1:
-                return None
-            whole = block * -(-_PROBE_FRAMES // block)
-            return block if _read_back(output, sample_rate, channels, whole) == (whole, whole) \
-                else None
+    try:   # in memory, nothing prints (libsndfile.decoding_silenced): fd 2 is left alone
+        block, _ = _read_back(output, sample_rate, channels, 1)
+        if block < 1:
+            return None
+        whole = block * -(-_PROBE_FRAMES // block)
+        return block if _read_back(output, sample_rate, channels, whole) == (whole, whole) \
+            else None
     except (*libsndfile.ERRORS, ValueError, TypeError, AssertionError):
         # soundfile asserts that a write took every frame: VOX_ADPCM writes only pairs
         return None

@@ -45,13 +45,17 @@ _silenced = {"depth": 0, "saved": -1}
 
 @contextlib.contextmanager
 def native_stderr_silenced() -> Iterator[None]:
-    """Keep C libraries off file descriptor 2 for a moment.
+    """Keep C libraries off file descriptor 2 while libsndfile probes bytes of unknown content
+    (an input's header, a folder's file, stdin's first MiB), and nothing more.
 
-    libsndfile's MPEG decoder (libmpg123) prints notes and warnings straight to fd 2 while it
-    probes bytes that are not MP3 or resyncs a damaged one; our one-line error says what failed.
-    Fd 2 is one for the whole process: the first thread in saves it and the last one out puts
-    it back (each saving and restoring its own, two overlapping threads left it pointing to
-    /dev/null for good, and every later message, the interrupt's included, was lost).
+    Its MPEG detection hands bytes that merely look like MPEG frames (b"\\xff\\xfb" junk,
+    whatever its name) to libmpg123, which prints warnings straight to fd 2 ("Cannot read next
+    header"); our one-line error says what failed. Fd 2 is the whole process's: while
+    it points to /dev/null, another thread's line is lost too, so this is kept to those probes
+    (a file already identified is decoded under decoding_silenced). Threads inside at once share
+    one silence: the first in saves fd 2, the last one out puts it back (each saving and
+    restoring its own, two overlapping threads left it pointing to /dev/null for good, and
+    every later message, the interrupt's included, was lost).
     """
     if not _silence():
         yield
@@ -64,6 +68,15 @@ def native_stderr_silenced() -> Iterator[None]:
             if not _silenced["depth"]:
                 os.dup2(_silenced["saved"], 2)
                 os.close(_silenced["saved"])
+
+
+def decoding_silenced(subtype: str) -> contextlib.AbstractContextManager[None]:
+    """The silence for opening and decoding a file libsndfile identified as `subtype`: only its
+    MPEG decoder prints (libmpg123's resync notes on a damaged stream: an MPEG Layer III WAV is
+    read here, an .mp3 through PyAV, whose FFmpeg logs nothing). Every other decoder, and each
+    of formats.block_frames' probes, printed nothing to fd 2 (measured with libsndfile 1.2.2),
+    so reading or reading back a WAV or FLAC never silences another thread's stderr."""
+    return native_stderr_silenced() if subtype.startswith("MPEG") else contextlib.nullcontext()
 
 
 def _silence() -> bool:

@@ -158,7 +158,7 @@ def open_reader(path: str | os.PathLike, name: str,
             yield reader, info
         return
     try:
-        with native_stderr_silenced():
+        with libsndfile.decoding_silenced(info.subtype):
             handle = sf.SoundFile(libsndfile.native_path(path))
     except libsndfile.ERRORS as error:
         raise decode_error(name, error) from None
@@ -174,8 +174,8 @@ def read_block(handle: sf.SoundFile, frames: int, name: str, position: int,
     """The next `frames` frames (from frame `position` of `total`) as float32
     [frames, channels]; a file that ends early or holds samples that are not finite is an
     error."""
-    try:
-        with native_stderr_silenced():  # libmpg123 prints resync notes to fd 2
+    try:   # a media reader (PyAV) has no subtype: FFmpeg's logging is off
+        with libsndfile.decoding_silenced(getattr(handle, "subtype", "")):
             block = handle.read(frames, dtype="float32", always_2d=True)
     except libsndfile.ERRORS as error:
         raise decode_error(name, error) from None

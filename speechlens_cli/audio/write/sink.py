@@ -1,4 +1,5 @@
-"""Writing an output file block by block with soundfile, and proving it complete afterwards."""
+"""Writing an output in one of libsndfile's containers block by block with soundfile, and
+proving it complete afterwards."""
 
 from __future__ import annotations
 
@@ -9,10 +10,10 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-from ..errors import OutputError
-from . import libsndfile
-from .formats import OutputFormat, count_decoded, read_back_params
-from .libsndfile import native_stderr_silenced
+from ...errors import OutputError
+from .. import libsndfile
+from ..formats import OutputFormat, count_decoded, read_back_params
+from .blocks import clamped, incomplete
 
 
 def write_reason(error: Exception) -> str:
@@ -49,10 +50,8 @@ class Sink:
 
     def write(self, block: np.ndarray) -> None:
         if self.output.is_integer:
-            over = int(np.count_nonzero(np.abs(block) > 1.0))
-            if over:
-                self.clamped += over
-                block = np.clip(block, -1.0, 1.0)
+            block, over = clamped(block)
+            self.clamped += over
         self._write(block)
         self.written += len(block)
 
@@ -83,34 +82,27 @@ class Sink:
             raise OutputError(f"{self.shown}: write failed ({write_reason(error)})") from None
 
     def verify(self) -> None:
-        """After close: every frame written, padding included, must read back (see
-        check_written)."""
-        check_written(self.path, self.written + self.padding, self.shown,
-                      read_back_params(self.output, self.sample_rate, self.channels))
+        """After close, read the file back in blocks: its header must count every frame written
+        (padding included) and every one must decode (a headerless file is opened with the rate,
+        channels and encoding it was written with: formats.read_back_params).
 
-
-def check_written(path, frames: int, shown: str, params: dict | None = None) -> None:
-    """Read the closed output back in blocks: its header must count exactly `frames` and every
-    one must decode (`params`: what a headerless file is opened with, from
-    formats.read_back_params).
-
-    Some write failures go unreported (a FLAC encoder's last block lost to a full disk leaves a
-    short file with no length in its header, and libsndfile returns success); such a file must
-    never be renamed into place as a finished output.
-    """
-    got, declared = 0, -1
-    try:
-        with native_stderr_silenced(), sf.SoundFile(libsndfile.native_path(path),
-                                                    **(params or {})) as check:
-            declared = check.frames
-            got = count_decoded(check, frames)
-    except libsndfile.ERRORS:
-        pass
-    if got != frames or declared != frames:
-        if not os.path.exists(path):   # deleted under us: say so, not "disk full"
-            what = "its folder was" if not os.path.isdir(os.path.dirname(path) or ".") else "it was"
-            raise OutputError(f"{shown}: {what} removed while the file was being written")
-        raise OutputError(
-            f"{shown}: the written file does not read back complete ({got} of {frames} frames "
-            "decode): the disk may be full"
-        )
+        Some write failures go unreported (a FLAC encoder's last block lost to a full disk
+        leaves a short file with no length in its header, and libsndfile returns success); such
+        a file must never be renamed into place as a finished output.
+        """
+        frames, path = self.written + self.padding, self.path
+        params = read_back_params(self.output, self.sample_rate, self.channels)
+        got, declared = 0, -1
+        try:
+            with libsndfile.decoding_silenced(self.output.subtype), \
+                    sf.SoundFile(libsndfile.native_path(path), **params) as check:
+                declared = check.frames
+                got = count_decoded(check, frames)
+        except libsndfile.ERRORS:
+            pass
+        if got != frames or declared != frames:
+            if not os.path.exists(path):   # deleted under us: say so, not "disk full"
+                what = ("its folder was" if not os.path.isdir(os.path.dirname(path) or ".")
+                        else "it was")
+                raise OutputError(f"{self.shown}: {what} removed while the file was being written")
+            raise incomplete(self.shown, got, frames)

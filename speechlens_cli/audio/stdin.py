@@ -1,14 +1,12 @@
-"""Audio through stdin and stdout: spooled to and from temporary files."""
+"""Audio from stdin: copied to a temporary file (named for its owner, write.owners) so it can
+be read by blocks, refused early when its first bytes are no audio."""
 
 from __future__ import annotations
 
 import contextlib
-import errno
 import io
 import os
-import re
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,29 +15,23 @@ from typing import BinaryIO
 import soundfile as sf
 
 from ..errors import AudioInputError, OutputError
-from . import libsndfile, owners
+from . import libsndfile
 from .containers import container_for_file
 from .libsndfile import native_stderr_silenced
+from .write import owners
 
 _COPY_BLOCK = 1 << 20
-_SPOOL_PREFIX = "speechlens-stdin."
-_SPOOL_SUFFIX = ".stdin"
-#: The stdin copy in TMPDIR: "speechlens-stdin.<pid>-<machine>-<random>.stdin" (.wav before).
-_SPOOL = re.compile(rf"{re.escape(_SPOOL_PREFIX)}{owners.OWNER_PATTERN}-\w+\.(stdin|wav)")
-_STDOUT_PREFIX = "speechlens-stdout."
-#: The folder in TMPDIR where the output for stdout is made: "speechlens-stdout.<owner>-<random>".
-_STDOUT_FOLDER = re.compile(rf"{re.escape(_STDOUT_PREFIX)}{owners.OWNER_PATTERN}-\w+")
 
 
 @contextlib.contextmanager
 def spooled_stdin(stream: BinaryIO) -> Iterator[Path]:
     """Copy a (non-seekable) input stream to a temporary file, so it can be streamed by blocks."""
     folder = tempfile.gettempdir()
-    _sweep_tmpdir()
+    owners.sweep_tmpdir()
     try:
         # not .wav: the bytes decide whether libsndfile or PyAV reads it (read.read_info)
-        handle, temporary = tempfile.mkstemp(prefix=f"{_SPOOL_PREFIX}{owners.owner()}-",
-                                             suffix=_SPOOL_SUFFIX)
+        handle, temporary = tempfile.mkstemp(prefix=f"{owners.SPOOL_PREFIX}{owners.owner()}-",
+                                             suffix=owners.SPOOL_SUFFIX)
     except OSError as error:
         raise OutputError(f"<stdin>: cannot be buffered in {folder} ({error.strerror or error}); "
                           "set TMPDIR to a writable folder") from None
@@ -110,25 +102,6 @@ class _Spooling(io.RawIOBase):
         return self.position
 
 
-def _sweep_tmpdir() -> None:
-    """What killed runs left in TMPDIR: copies of stdin, folders of stdout outputs."""
-    owners.sweep(tempfile.gettempdir(), _SPOOL)
-    owners.sweep(tempfile.gettempdir(), _STDOUT_FOLDER, folders=True)
-
-
-@contextlib.contextmanager
-def stdout_folder() -> Iterator[Path]:
-    """A private folder in TMPDIR where the output for stdout is made, then copied out."""
-    _sweep_tmpdir()
-    try:
-        folder = tempfile.TemporaryDirectory(prefix=f"{_STDOUT_PREFIX}{owners.owner()}-")
-    except OSError as error:
-        raise OutputError(f"<stdout>: no room for the output in {tempfile.gettempdir()} "
-                          f"({error.strerror or error}); set TMPDIR") from None
-    with folder as path:
-        yield Path(path)
-
-
 def _check_audio_start(first: bytes, stream: _Spooling) -> None:
     """Refuse a stream that is no audio before the rest of it is buffered: `yes | speechlens
     enhance - out.wav` would otherwise fill TMPDIR first. libsndfile judges its formats by the
@@ -159,46 +132,3 @@ def _media(stream: _Spooling) -> bool:
                     and container_for_file("", container.format.name) is not None
         except pyav.ERRORS:
             return bool(said)
-
-
-def write_all(stream: BinaryIO, data: bytes) -> None:
-    """Every byte of `data`, or an OSError. A raw stream (stdout under PYTHONUNBUFFERED=1, say)
-    may take fewer bytes than it is given and say so only in its return value: a full disk
-    then cut the audio short while the copy reported success."""
-    view = memoryview(data)
-    while view:
-        written = stream.write(view)
-        if not written:   # 0, or None from a non-blocking stream with no room
-            raise OSError(errno.EIO, "the stream accepted no more bytes")
-        view = view[written:]
-
-
-def copy_to_stream(path: Path, stream: BinaryIO) -> None:
-    try:
-        with open(path, "rb") as source:
-            for block in iter(lambda: source.read(_COPY_BLOCK), b""):
-                write_all(stream, block)
-        stream.flush()
-    except BrokenPipeError:
-        detach_stdout()
-        raise OutputError("<stdout>: the reader closed the pipe before all the audio was written") \
-            from None
-    except OSError as error:
-        detach_stdout()
-        raise OutputError(f"<stdout>: write failed ({error.strerror or error})") from None
-
-
-def write_line(line: str) -> None:
-    """One line of text on stdout through the checked writer (the --json report)."""
-    stream = sys.stdout.buffer
-    write_all(stream, (line + "\n").encode())
-    stream.flush()
-
-
-def detach_stdout() -> None:
-    """Point fd 1 at /dev/null: what is still buffered for stdout goes nowhere, so the
-    interpreter's final flush cannot fail a second time (a traceback, exit code 120)."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        quiet = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(quiet, sys.stdout.fileno())
-        os.close(quiet)

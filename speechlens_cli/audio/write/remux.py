@@ -11,11 +11,12 @@ from fractions import Fraction
 import av
 import numpy as np
 
-from ..errors import OutputError, SpeechlensError
-from . import media, pyav
-from .containers import CODECS, CONTAINERS, muxer_options
-from .formats import OutputFormat
-from .info import AudioInfo
+from ...errors import OutputError, SpeechlensError
+from .. import media, pyav
+from ..containers import CODECS, CONTAINERS, muxer_options
+from ..formats import OutputFormat
+from ..info import AudioInfo
+from .blocks import clamped, incomplete
 
 #: Tags each muxer writes itself: copied, they would name the original file's tools.
 _OWN_TAGS = {"encoder", "duration"}
@@ -201,10 +202,8 @@ class MediaSink:
 
     def write(self, block: np.ndarray) -> None:
         if self.integer:
-            over = int(np.count_nonzero(np.abs(block) > 1.0))
-            if over:
-                self.clamped += over
-                block = np.clip(block, -1.0, 1.0)
+            block, over = clamped(block)
+            self.clamped += over
         frame = av.AudioFrame.from_ndarray(np.ascontiguousarray(block.T, dtype=np.float32),
                                            format="fltp", layout=self.audio.layout.name)
         frame.sample_rate = self.info.sample_rate
@@ -251,6 +250,4 @@ class MediaSink:
         except SpeechlensError:
             got = -1
         if not self.written <= got < self.written + padding:
-            raise OutputError(
-                f"{self.shown}: the written file does not read back complete ({max(got, 0)} of "
-                f"{self.written} frames decode): the disk may be full")
+            raise incomplete(self.shown, max(got, 0), self.written)

@@ -1,157 +1,25 @@
-"""Where outputs go: writable folders, never through a link inside the output folder, never an
-input of the run, and atomic publication."""
+"""Atomic outputs: each is written under a hidden temporary name beside its destination and
+given its name only once finished and on the disk, so a destination holds a whole file or what
+it held before; --overwrite decides whether an existing file may be replaced, and only a file
+(or a link) ever is."""
 
 from __future__ import annotations
 
 import contextlib
 import errno
 import os
-import re
 import secrets
 import stat
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from ..errors import OutputError, OutputExistsError, UsageError
+from ...errors import OutputError, OutputExistsError
 from . import owners
+from .places import name_limit
 
-#: The hidden temporary beside an output: ".NAME.<pid>-<machine>-<hex>.partial".
-_TEMPORARY = re.compile(rf"\..+\.{owners.OWNER_PATTERN}-[0-9a-f]{{8}}\.partial")
 #: link() errors meaning "this file system has no hard links": fall back to check-then-rename.
 _NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV,
                   errno.ENOSYS}
-
-
-def check_writable(folder: Path) -> None:
-    """Prove `folder` accepts new files by creating and removing one (root ignores permissions),
-    and that its device has room left (a full one still accepts an empty file)."""
-    if folder.exists() and not folder.is_dir():
-        raise OutputError(f"{folder}: is a file, not a folder")
-    if not folder.is_dir():
-        raise OutputError(f"{folder}: output folder does not exist")
-    try:
-        with tempfile.TemporaryFile(dir=folder):
-            pass
-    except OSError as error:
-        raise OutputError(f"{folder}: not writable ({error.strerror or error})") from None
-    with contextlib.suppress(OSError):
-        device = os.statvfs(folder)
-        if device.f_blocks and not device.f_bavail:
-            raise OutputError(f"{folder}: not writable ({os.strerror(errno.ENOSPC)})")
-
-
-def nearest_existing(folder: Path) -> Path:
-    """`folder` or its closest existing ancestor: where a folder still to be made would go (a
-    name the system refuses, too long, is not there either)."""
-    while not os.path.exists(folder) and folder.parent != folder:
-        folder = folder.parent
-    return folder
-
-
-def name_problem(path: str | os.PathLike) -> str | None:
-    """Why no file can have this name (a part of it longer than the file system takes, or the
-    whole longer than the system passes), or None. Python's own checks (Path.exists, is_dir)
-    raise on such a name instead of answering, so a name is checked before they see it."""
-    encoded = os.fsencode(path)
-    folder = nearest_existing(Path(os.fsdecode(encoded)).parent)
-    path_max = _limit(folder, "PC_PATH_MAX", 4096)   # counting the terminating NUL
-    if len(encoded) >= path_max:
-        return (f"its name is {len(encoded):,} bytes long; the system takes at most "
-                f"{path_max - 1:,}")
-    name_max = _limit(folder, "PC_NAME_MAX", 255)
-    longest = max(len(part) for part in encoded.split(b"/"))
-    if longest > name_max:
-        return (f"a part of its name is {longest:,} bytes long; the file system takes at most "
-                f"{name_max:,}")
-    return None
-
-
-#: The characters that separate folders in a name here ("/", and Windows' "\\").
-SEPARATORS = "".join(sorted({"/", os.sep, os.altsep or ""}))
-
-
-def check_name_part(text: str, what: str) -> None:
-    """`text` (--suffix, a report's --name) becomes part of one file's name: no folder
-    separator (it would lead elsewhere), no NUL, not empty."""
-    if not text or "\0" in text or any(c in text for c in SEPARATORS):
-        raise UsageError(f"{what}: {text!r} must be part of a file name: not empty, no "
-                         f"{' or '.join(repr(c) for c in SEPARATORS)}, no NUL")
-
-
-def _limit(folder: Path, name: str, default: int) -> int:
-    try:
-        return os.pathconf(folder, name)
-    except (OSError, ValueError):
-        return default
-
-
-def identities(*paths: Path) -> frozenset:
-    """Every name of these files: each resolved path and, where the file exists, its (device,
-    inode). Two paths share one when writing one would replace the other (symlinks, "..", hard
-    links): a run's inputs are gathered once, then each output is looked up in them."""
-    names = set()
-    for path in paths:
-        with contextlib.suppress(OSError, RuntimeError):  # RuntimeError: a link loop (< 3.13)
-            names.add(path.resolve())
-            found = os.stat(path)
-            names.add((found.st_dev, found.st_ino))
-    return frozenset(names)
-
-
-def same_file(a: Path, b: Path) -> bool:
-    """True when writing `b` would replace `a` (symlinks, "..", hard links included)."""
-    return not identities(a).isdisjoint(identities(b))
-
-
-def check_no_links(root: Path, folder: Path) -> None:
-    """Refuse `folder` when a folder between `root` (the output folder the user named, which,
-    like its ancestors, may be a link: the user chose it) and it is a symbolic link: following
-    it would write, and --overwrite replace, files outside the output tree."""
-    for level in _levels(root, folder):
-        try:
-            mode = os.lstat(level).st_mode
-        except FileNotFoundError:
-            return   # the rest is still to be made, by make_folders
-        except OSError as error:
-            raise OutputError(f"{level}: cannot be checked ({error.strerror or error})") \
-                from None
-        _refuse_link(level, mode)
-
-
-def make_folders(folder: Path, root: Path | None = None) -> None:
-    """Create `folder` for an output: `root` (the folder the user named; default `folder`) as
-    given, then each level below it one at a time, refusing a link rather than following it
-    (another process may have made one since check_no_links)."""
-    root = folder if root is None else root
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        for level in _levels(root, folder):
-            with contextlib.suppress(FileExistsError):
-                os.mkdir(level)
-            mode = os.lstat(level).st_mode
-            _refuse_link(level, mode)
-            if not stat.S_ISDIR(mode):
-                raise OutputError(f"{level}: is a file, not a folder")
-    except OSError as error:
-        raise OutputError(f"{error.filename or folder}: the output folder cannot be made "
-                          f"({error.strerror or error})") from None
-
-
-def _levels(root: Path, folder: Path) -> list[Path]:
-    """The folders from below `root` down to `folder` (which is `root` or inside it)."""
-    levels, level = [], root
-    for part in folder.relative_to(root).parts:
-        level = level / part
-        levels.append(level)
-    return levels
-
-
-def _refuse_link(level: Path, mode: int) -> None:
-    """A link below the named output folder could lead anywhere: never written through."""
-    if stat.S_ISLNK(mode):
-        raise OutputError(f"{level}: is a symbolic link; speechlens does not write through "
-                          "links inside the output folder")
 
 
 @contextlib.contextmanager
@@ -165,7 +33,7 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
     folder = destination.parent
     if not folder.is_dir():
         raise OutputError(f"{folder}: output folder does not exist")
-    owners.sweep(folder, _TEMPORARY)   # what killed runs left here
+    owners.sweep(folder, owners.TEMPORARY)   # what killed runs left here
     temporary = None
     try:
         # The name is recorded before the file exists, so an interrupt at any point after
@@ -189,11 +57,11 @@ def atomic_output(destination: str | os.PathLike, *, overwrite: bool) -> Iterato
 
 def _temporary_name(folder: Path, name: str) -> str:
     """A hidden ".NAME.<pid>-<machine>-<hex>.partial" beside the output, its owner in its name
-    (audio/owners.py). The bytes added must still fit the file system's name limit, so a long
+    (owners.py). The bytes added must still fit the file system's name limit, so a long
     NAME is cut (at a character boundary) to make room: an output whose own name fits can
     always be written."""
     suffix = f".{owners.owner()}-{secrets.token_hex(4)}.partial"
-    room = _limit(folder, "PC_NAME_MAX", 255) - 1 - len(suffix.encode())
+    room = name_limit(folder, "PC_NAME_MAX", 255) - 1 - len(suffix.encode())
     encoded = os.fsencode(name)
     if len(encoded) > room:
         cut = encoded[:room]

@@ -1,6 +1,7 @@
 """Temporary files named after the process that owns them, so that a later run can remove those
 a dead process left behind (kill -9, a crash, a power cut): signals that can be caught are
-cleaned up by their handlers, these cannot.
+cleaned up by their handlers, these cannot. The names of every such temporary are here: an
+output's beside it, stdin's copy and stdout's folder in TMPDIR.
 
 A name carries `<pid>-<machine>`: the owner's process id and a tag of the machine and process
 namespace it runs in (host name, boot, PID namespace). A file is removed only when its tag is this
@@ -17,10 +18,19 @@ import os
 import re
 import shutil
 import socket
+import tempfile
 from pathlib import Path
 
 #: What the owner part of a name looks like, for the patterns of the callers.
 OWNER_PATTERN = r"(?P<pid>\d{1,10})-(?P<machine>[0-9a-f]{6})"
+#: The hidden temporary beside an output: ".NAME.<pid>-<machine>-<hex>.partial".
+TEMPORARY = re.compile(rf"\..+\.{OWNER_PATTERN}-[0-9a-f]{{8}}\.partial")
+SPOOL_PREFIX, SPOOL_SUFFIX = "speechlens-stdin.", ".stdin"
+#: The stdin copy in TMPDIR: "speechlens-stdin.<pid>-<machine>-<random>.stdin" (.wav before).
+_SPOOL = re.compile(rf"{re.escape(SPOOL_PREFIX)}{OWNER_PATTERN}-\w+\.(stdin|wav)")
+STDOUT_PREFIX = "speechlens-stdout."
+#: The folder in TMPDIR where the output for stdout is made: "speechlens-stdout.<owner>-<random>".
+_STDOUT_FOLDER = re.compile(rf"{re.escape(STDOUT_PREFIX)}{OWNER_PATTERN}-\w+")
 _swept: set[tuple[str, str]] = set()
 
 
@@ -76,3 +86,10 @@ def sweep(folder: str | os.PathLike, pattern: re.Pattern[str], *,
                     os.unlink(entry.path)
                 removed.append(entry.name)
     return removed
+
+
+def sweep_tmpdir() -> None:
+    """What killed runs left in TMPDIR: copies of stdin, folders of stdout outputs (a run that
+    uses either removes both)."""
+    sweep(tempfile.gettempdir(), _SPOOL)
+    sweep(tempfile.gettempdir(), _STDOUT_FOLDER, folders=True)
