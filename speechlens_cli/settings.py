@@ -228,7 +228,8 @@ HF_HUB_CACHE = _external("HF_HUB_CACHE", "a folder (Hugging Face's, never refuse
 HF_ENDPOINT = _external("HF_ENDPOINT", "an http(s) URL (Hugging Face's, checked at use)",
                         "the hub models are pulled from (default: https://huggingface.co)")
 HF_HUB_OFFLINE = _external("HF_HUB_OFFLINE", "1, true, yes or on (Hugging Face's, never "
-                           "refused)", "on: no network; the model must be cached", _hf_switch, False)
+                           "refused)", "on: no network; the model must be cached", _hf_switch,
+                           False)
 XDG_CACHE_HOME = _external("XDG_CACHE_HOME", "a folder (XDG's, never refused)",
                            "the cache is $XDG_CACHE_HOME/speechlens unless SPEECHLENS_CACHE_DIR "
                            "is set (default: ~/.cache)", Path)
