@@ -21,7 +21,11 @@ and so do the API's functions that load or run a model (api.get_model and the pa
   MLX keeps its reference BLAS (5-7x slower matmuls, other rounding) and blas.status says so;
 * on Linux, glibc keeps large freed blocks in the heap (heap.py, mallopt);
 * on CUDA, MLX_MAX_MB_PER_BUFFER=10 unless set (`CUDA_GRAPH_MB`, below). Read by MLX at its
-  first GPU operation.
+  first GPU operation;
+* on CUDA, MLX_PTX_CACHE_DIR=<speechlens's cache folder>/mlx-ptx unless set: the kernels MLX's
+  CUDA backend compiles are kept with speechlens's own (the user's cache folder, XDG rules),
+  not in $TMPDIR/mlx, MLX's default, which a user's TMPDIR (a run's scratch folder, a cleaned
+  /tmp) does not keep, and which removing speechlens's cache would not clear.
 
 Opting out: `opt_out()` before the first call (or SPEECHLENS_BLAS=off, SPEECHLENS_HEAP=default,
 and the two MLX variables set to values of one's own). Undoing: `restore()` puts the variables
@@ -46,6 +50,8 @@ from . import blas, heap, settings
 #: docs/performance.md's tried-and-lost table); a 30-s window at 48 kHz 1.19 s at 25 and at 10.
 #: Metal keeps its own limits.
 CUDA_GRAPH_MB = 10
+#: The folder in speechlens's cache folder for the kernels MLX's CUDA backend compiles.
+PTX_CACHE = "mlx-ptx"
 #: Full float32 unless the user set MLX_ENABLE_TF32 (see the module's docstring).
 TF32_OFF = "0"
 
@@ -134,7 +140,10 @@ def prepare() -> None:
         blas.preload()                      # before mlx.core is imported, or it has no effect
         heap.keep_large_buffers()
         if gpu_backend() == "cuda":         # imports mlx.core
+            from .kernels.sources import cache_dir
+
             _set_default(settings.MAX_MB_PER_BUFFER.name, str(CUDA_GRAPH_MB))
+            _set_default(settings.PTX_CACHE_DIR.name, str(cache_dir() / PTX_CACHE))
         _process.prepared = True
 
 

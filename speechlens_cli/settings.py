@@ -185,6 +185,10 @@ TF32 = Setting("MLX_ENABLE_TF32", _mlx_integer, True, "an integer (0: off)",
 MAX_MB_PER_BUFFER = Setting("MLX_MAX_MB_PER_BUFFER", _count, None, "a whole number above 0",
                             "MLX's CUDA command-graph size, read by MLX; speechlens sets 10 on "
                             "CUDA unless it is set")
+PTX_CACHE_DIR = Setting("MLX_PTX_CACHE_DIR", Path, None, "a folder",
+                        "where MLX's CUDA backend keeps the kernels it compiles; speechlens sets "
+                        "mlx-ptx in its cache folder unless it is set (MLX's own default is "
+                        "$TMPDIR/mlx)")
 
 # The launchers' variables distributed/launcher.py reads: only a full, consistent set is a launch.
 def _launcher(name: str, help: str, parse: Callable[[str], object] = _launcher_number) -> Setting:
@@ -250,10 +254,10 @@ TTY_COMPATIBLE = _external("TTY_COMPATIBLE", "any value (Rich's, never refused)"
 ALL = (MODEL, ACCEPT_LICENSE, CACHE_DIR, KERNEL_DIR, BLAS, HEAP, CPU_ISA, CPU_THREADS,
        GPU_THREADGROUP, CUDA_PROJECTION, CUDA_PROJECT_CONV, CUDA_CONV2D, DISABLE_CONV1D,
        DISABLE_CONV1D_ALIAS, JOIN_TIMEOUT_S, BENCH_REVISION, TF32, MAX_MB_PER_BUFFER,
-       MLX_RANK, JACCL_RANK, MLX_HOSTFILE, MLX_WORLD_SIZE, NCCL_HOST_IP, MLX_IBV_DEVICES,
-       JACCL_IBV_DEVICES, OMPI_SIZE, OMPI_RANK, PMI_SIZE, PMI_RANK, HF_HOME, HF_HUB_CACHE,
-       HF_ENDPOINT, HF_HUB_OFFLINE, XDG_CACHE_HOME, XDG_DATA_HOME, CXX, CUDA_HOME, CUDA_PATH,
-       FORCE_COLOR, TTY_COMPATIBLE)
+       PTX_CACHE_DIR, MLX_RANK, JACCL_RANK, MLX_HOSTFILE, MLX_WORLD_SIZE, NCCL_HOST_IP,
+       MLX_IBV_DEVICES, JACCL_IBV_DEVICES, OMPI_SIZE, OMPI_RANK, PMI_SIZE, PMI_RANK, HF_HOME,
+       HF_HUB_CACHE, HF_ENDPOINT, HF_HUB_OFFLINE, XDG_CACHE_HOME, XDG_DATA_HOME, CXX, CUDA_HOME,
+       CUDA_PATH, FORCE_COLOR, TTY_COMPATIBLE)
 
 
 def problems(env: Mapping[str, str] | None = None) -> list[SettingError]:

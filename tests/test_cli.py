@@ -998,7 +998,8 @@ def test_a_rate_measured_here_gives_the_estimate_before_the_file(tmp_path, tiny_
     assert first.exit_code == 0 and "note:" not in first.stderr, first.stderr
     rates = json.loads((cache / speed.RATES_FILE).read_text())
     (key,) = rates
-    assert key.startswith(f"{platform.node()}/cpu/standard/")  # and the model's size
+    device = "gpu" if mx.is_available(mx.gpu) else "cpu"     # what --device auto picks
+    assert key.startswith(f"{platform.node()}/{device}/standard/")  # and the model's size
     assert rates[key] > 0
     (cache / speed.RATES_FILE).write_text(json.dumps({key: 90.0}))
     src = make_audio(tmp_path / "b.wav", frames=RATE * 125)  # a million samples

@@ -20,7 +20,8 @@ from speechlens_cli import api, kernels, runtime
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: What prepare() reads or sets, none of them set in the children (a user's environment).
-VARIABLES = ("MLX_ENABLE_TF32", "MLX_MAX_MB_PER_BUFFER", "SPEECHLENS_BLAS", "SPEECHLENS_HEAP")
+VARIABLES = ("MLX_ENABLE_TF32", "MLX_MAX_MB_PER_BUFFER", "MLX_PTX_CACHE_DIR", "SPEECHLENS_BLAS",
+             "SPEECHLENS_HEAP")
 
 #: The child's view of its process: the environment, whether a cblas_sgemm is visible to every
 #: library (the BLAS shim loaded with RTLD_GLOBAL), and how many MiB of a freed 128-MiB array
@@ -120,6 +121,31 @@ def test_prepare_keeps_what_the_user_set():
     assert prepared["heap"] == "glibc defaults (SPEECHLENS_HEAP=default)"
     assert prepared["kept_mib"] < 20 and not prepared["global_sgemm"]
     assert seen["restored"]["env"]["MLX_ENABLE_TF32"] == "1"
+
+
+_AS_ON_CUDA = """
+import sys
+from speechlens_cli import runtime
+runtime._gpu_backend.append("cuda")   # as on a CUDA build of MLX: only the variables differ
+runtime.prepare()
+prepared = look()
+runtime.restore()
+print(json.dumps({"prepared": prepared, "restored": look()}))
+"""
+
+
+@needs_linux
+def test_on_cuda_mlxs_compiled_kernels_go_to_speechlens_cache_folder(tmp_path):
+    """MLX's CUDA backend keeps the kernels it compiles in $TMPDIR/mlx unless MLX_PTX_CACHE_DIR
+    says otherwise; prepared, they are kept in speechlens's cache folder (and its command graphs
+    bounded), unless the user set the variables."""
+    seen = _child(_AS_ON_CUDA, env={"SPEECHLENS_CACHE_DIR": str(tmp_path)})
+    env = seen["prepared"]["env"]
+    assert env["MLX_PTX_CACHE_DIR"] == str(tmp_path / runtime.PTX_CACHE)
+    assert env["MLX_MAX_MB_PER_BUFFER"] == str(runtime.CUDA_GRAPH_MB)
+    assert "MLX_PTX_CACHE_DIR" not in seen["restored"]["env"]
+    mine = _child(_AS_ON_CUDA, env={"MLX_PTX_CACHE_DIR": "/somewhere/else"})
+    assert mine["prepared"]["env"]["MLX_PTX_CACHE_DIR"] == "/somewhere/else"
 
 
 _ENTRY = """

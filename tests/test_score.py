@@ -296,7 +296,16 @@ def test_a_bad_reference_stops_before_any_file_is_scored(tmp_path):
     (("-", "-"), "error: '-' (stdin) can be scored once"),
     ((str(RECORDING), "--reference", "-"), "error: --reference: must name a file, not '-'"),
 ])
-def test_stdin_twice_or_as_the_reference_is_a_usage_error(args, line):
+@pytest.mark.parametrize("extra", ["installed", "missing"])
+def test_stdin_twice_or_as_the_reference_is_a_usage_error(args, line, extra, monkeypatch):
+    """A command line that cannot work is refused as such, whether or not the extra is there."""
+    if extra == "missing":
+        from speechlens_cli.errors import MissingExtraError
+        from speechlens_cli.scoring import extra as scoring_extra
+
+        def missing(names=()):
+            raise MissingExtraError("onnxruntime is not installed")
+        monkeypatch.setattr(scoring_extra, "require", missing)
     result = invoke("score", *args, input=b"")
     assert result.exit_code == 2
     assert one_error_line(result.stderr) == line

@@ -37,8 +37,6 @@ as 16 kHz mono (other rates resampled, channels averaged: the note column says s
 def _inputs(files: tuple[str, ...], stack: contextlib.ExitStack) -> list[tuple[Path, str]]:
     """(path to read, name to show) per file: a FILE, every audio file under a folder (as
     `enhance` finds them; the others noted), '-' (once) stdin, spooled to a file."""
-    if files.count("-") > 1:
-        raise UsageError("'-' (stdin) can be scored once")
     found = []
     for name in files:
         if name == "-":
@@ -107,6 +105,8 @@ def score(files: tuple[str, ...], reference: str | None, as_json: bool) -> None:
     from .. import scoring
 
     check_names(*files, reference)
+    if files.count("-") > 1:
+        raise UsageError("'-' (stdin) can be scored once")
     if reference == "-":
         raise UsageError("--reference: must name a file, not '-'")
     standard_stream("stdout", "--json has nowhere to write; leave it out" if as_json
