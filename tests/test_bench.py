@@ -287,6 +287,24 @@ def test_a_timed_process_fails_with_its_own_error():
         runner.timed_process(failing, "x", lambda _line: None)
 
 
+def test_a_failed_batch_keeps_its_failed_files_lines():
+    from speechlens_cli.bench import runner
+
+    lines = ["[1/14] a.wav: 1.00 s of audio in 0.10 s"]
+    lines += [f"error: f{i}.wav: the model failed on {i} samples" for i in range(13)]
+    lines += ["failed: f0.wav", "error: 13 of 14 files failed (listed above)"]
+    script = f"import sys; sys.stderr.write({chr(10).join(lines)!r}); sys.exit(3)"
+    with pytest.raises(RuntimeError) as caught:
+        runner.timed_process([sys.executable, "-c", script], "cold", lambda _line: None)
+    message = str(caught.value)
+    first = "cold exited with 3: error: 13 of 14 files failed (listed above)"
+    assert message.splitlines()[0] == first
+    assert "error: f0.wav: the model failed on 0 samples" in message
+    assert "error: f9.wav: the model failed on 9 samples" in message
+    assert "f10.wav" not in message and "... and 3 more" in message
+    assert "[1/14]" not in message and "failed: f0.wav" not in message
+
+
 def test_startup_targets_follow_the_backend_and_file():
     def judged(backend: str, seconds: float, rate: int, mine: float, peer: float | None):
         s = {"seconds": seconds, "rate": rate, "speechlens_median_s": mine}

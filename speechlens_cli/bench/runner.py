@@ -325,11 +325,31 @@ def timed_process(argv: list[str], label: str, log: Log,
     elapsed = time.perf_counter() - started
     process.returncode = os.waitstatus_to_exitcode(status)
     if process.returncode != 0:
-        last = (stderr.strip().splitlines() or ["no message"])[-1]
-        raise RuntimeError(f"{label} exited with {process.returncode}: {last}")
+        raise RuntimeError(f"{label} exited with {process.returncode}: {failure_message(stderr)}")
     peak = usage.ru_maxrss * (1 if sys.platform == "darwin" else 1024)
     log(f"  {label}: {elapsed:.3f} s, peak RSS {peak / 2**20:,.0f} MiB")
     return elapsed, peak
+
+
+#: The most lines naming failed files that failure_message keeps.
+FAILED_FILE_LINES = 10
+
+
+def failure_message(stderr: str) -> str:
+    """What a failed process said, for a report: its last stderr line, after the lines that name
+    files it failed (a batch's "error: FILE: why" as each failed; at most FAILED_FILE_LINES,
+    with a count of the rest), which the last line ("27 of 200 files failed (listed above)")
+    only refers to."""
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    if not lines:
+        return "no message"
+    last, errors = lines[-1], [line for line in lines[:-1] if line.startswith("error: ")]
+    if not errors:
+        return last
+    kept = errors[:FAILED_FILE_LINES]
+    more = len(errors) - len(kept)
+    listed = "\n".join(f"  {line}" for line in kept)
+    return f"{last}\n{listed}" + (f"\n  ... and {more} more" if more else "")
 
 
 def peer_argv(module: str, args: dict) -> list[str]:
