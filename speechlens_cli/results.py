@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import KW_ONLY, dataclass, fields
+from dataclasses import KW_ONLY, asdict, dataclass, fields
 from enum import Enum
 from typing import Any
 
@@ -31,7 +31,7 @@ class AudioFacts:
     subtype: str | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {item.name: getattr(self, item.name) for item in fields(self)}
+        return asdict(self)
 
 
 _FACTS = tuple(item.name for item in fields(AudioFacts))

@@ -72,6 +72,10 @@ class Setting:
         program reads as it is (HF_ENDPOINT), or whose mere presence counts (FORCE_COLOR)."""
         return (os.environ if env is None else env).get(self.name)
 
+    def shown(self) -> str:
+        """NAME=value as set now (stripped), for a message naming the setting that decided."""
+        return f"{self.name}={(self.raw() or '').strip()}"
+
     def is_set(self, env: Mapping[str, str] | None = None) -> bool:
         return bool((os.environ if env is None else env).get(self.name, "").strip())
 

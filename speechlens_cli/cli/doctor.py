@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import platform
 import sys
 import time
@@ -132,15 +131,14 @@ def _kernel_check(backend: str) -> Check:
         return Check("kernels", f"not known: {error} (see settings)", extra=extra,
                      details=details)
     text = ", ".join(f"{key} {value}" for key, value in info.items() if key != "mlx")
+    fix = None
     if disabled:
-        return Check("kernels", text + " (conv1d kernel disabled)",
-                     f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}",
-                     extra, details)
-    if info.get("cpu_library", "").startswith("unavailable"):
-        return Check("kernels", text, "install a C++ compiler (g++ or clang++) so the CPU "
-                     "kernels can be built, or reinstall speechlens with one present", extra,
-                     details)
-    return Check("kernels", text, extra=extra, details=details)
+        text += " (conv1d kernel disabled)"
+        fix = f"unset {kernels.DISABLE_CONV_ENV} and {kernels.DISABLE_CONV_ENV_ALIAS}"
+    elif info.get("cpu_library", "").startswith("unavailable"):
+        fix = ("install a C++ compiler (g++ or clang++) so the CPU kernels can be built, or "
+               "reinstall speechlens with one present")
+    return Check("kernels", text, fix, extra, details)
 
 
 def _model_check(model: str | None) -> Check:
@@ -189,7 +187,7 @@ def _scoring_check() -> Check:
 
 def _settings_check() -> Check:
     """The variables of settings.ALL that are set, each checked against its declaration."""
-    given = [f"{setting.name}={os.environ[setting.name].strip()[:40]}"
+    given = [setting.shown()[:len(setting.name) + 41]
              for setting in settings.ALL if setting.is_set()]
     text = ", ".join(given) or "none set"
     problems = settings.problems()

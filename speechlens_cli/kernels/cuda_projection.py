@@ -49,7 +49,7 @@ def tensor_cores_problem(switch: settings.Setting) -> str | None:
     """Why a kernel on sl_gemm_cuda.h does not run here (its `switch` is off, the GPU has no
     TF32 mma: compute capability below 8.0, precompiled kernels failed to load), else None."""
     if not switch.value():
-        return f"turned off by {switch.name}={(switch.raw() or '').strip()}"
+        return f"turned off by {switch.shown()}"
     arch = compute_capability()
     if arch is None:
         return "no CUDA driver answered"
@@ -145,11 +145,9 @@ def project_conv(x: mx.array, w: mx.array, conv_weight: mx.array,
     """Both directions' SiLU(conv) of x @ w in one kernel (project_conv_cuda_body.h), the
     conv applied in the product's store: x [B, L, K], w [K, 2D] (the forward direction's D
     columns, then the backward one's), conv_weight [2, D, 4, 1], conv_bias [2, D] ->
-    [2, B, L, D], what bimamba_conv makes of x @ w. None where it does not run here
-    (SPEECHLENS_CUDA_PROJECT_CONV=0 or the projection kernel off) or takes no such operands:
-    float32, K a multiple of 4, D of whole column blocks."""
-    if not project_conv_enabled():
-        return None
+    [2, B, L, D], what bimamba_conv makes of x @ w. None where it takes no such operands:
+    float32, K a multiple of 4, D of whole column blocks (whether it runs here at all, its
+    switches and the GPU, is the dispatch table's skip)."""
     if x.ndim != 3 or w.ndim != 2 or conv_weight.ndim != 4:
         return None
     batch, length, k = (int(v) for v in x.shape)

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import mlx.core as mx
 
@@ -123,11 +124,11 @@ def _next_name(op: Operation, which: str, impl: Implementation) -> str:
 
 
 def _turned_off(setting: settings.Setting) -> str:
-    return f"turned off by {setting.name}={(setting.raw() or '').strip()}"
+    return f"turned off by {setting.shown()}"
 
 
 def conv_kernel_disabled() -> bool:
-    return settings.DISABLE_CONV1D.value() or settings.DISABLE_CONV1D_ALIAS.value()
+    return _conv_kernel_off() is not None
 
 
 def _conv_kernel_off() -> str | None:
@@ -159,13 +160,8 @@ def _no_precompiled() -> str | None:
 def _no_tensor_cores(*switches: settings.Setting) -> Callable[[], str | None]:
     """Why a kernel on sl_gemm_cuda.h cannot run (cuda_projection.tensor_cores_problem): one
     of its `switches` is off, the GPU has no TF32 mma, the precompiled kernels failed."""
-    def skip() -> str | None:
-        for switch in switches:
-            why = cuda_projection.tensor_cores_problem(switch)
-            if why is not None:
-                return why
-        return None
-    return skip
+    return _first(*(partial(cuda_projection.tensor_cores_problem, switch)
+                    for switch in switches))
 
 
 def _first(*skips: Callable[[], str | None]) -> Callable[[], str | None]:
