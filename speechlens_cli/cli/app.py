@@ -87,8 +87,9 @@ def main(ctx: click.Context) -> None:
 
 def _stderr_of_its_own() -> None:
     """Python's messages on a descriptor of their own. Fd 2 points to /dev/null for a moment
-    while a C library reads (audio's native_stderr_silenced), on the reader and writer threads
-    too, beside the main thread: an error line or the interrupt's, printed then, was lost.
+    while libsndfile probes bytes of a format not yet known or decodes MPEG (audio's
+    native_stderr_silenced), on the reader and writer threads too, beside the main thread: an
+    error line or the interrupt's, printed then, would be lost.
     Where stderr is no descriptor (a test runner's buffer) there is nothing to move."""
     stream = sys.stderr
     try:
