@@ -36,6 +36,7 @@ does not import it.
 
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass
@@ -78,31 +79,26 @@ class Runtime:
         return self.on_cpu or self.gpu_backend == "metal"
 
 
-_gpu_backend: list[str | None] = []   # decided once: this MLX build's GPU backend
-_by_device: dict[str, Runtime] = {}
-
-
+@functools.cache
 def gpu_backend() -> str | None:
-    """``"metal"`` or ``"cuda"`` when this MLX build has that GPU backend, else None."""
-    if not _gpu_backend:
-        import mlx.core as mx
+    """``"metal"`` or ``"cuda"`` when this MLX build has that GPU backend, else None (decided
+    once)."""
+    import mlx.core as mx
 
-        _gpu_backend.append("metal" if mx.metal.is_available()
-                            else "cuda" if mx.cuda.is_available() else None)
-    return _gpu_backend[0]
+    return "metal" if mx.metal.is_available() else "cuda" if mx.cuda.is_available() else None
+
+
+@functools.cache
+def _runtime(device: str) -> Runtime:
+    gpu = gpu_backend()
+    return Runtime(device, "cpu" if device == "cpu" else gpu or "cpu", gpu)
 
 
 def current() -> Runtime:
     """The runtime of MLX's default device now."""
     import mlx.core as mx
 
-    device = "cpu" if mx.default_device() == mx.cpu else "gpu"
-    found = _by_device.get(device)
-    if found is None:
-        gpu = gpu_backend()
-        found = _by_device.setdefault(device, Runtime(
-            device, "cpu" if device == "cpu" else gpu or "cpu", gpu))
-    return found
+    return _runtime("cpu" if mx.default_device() == mx.cpu else "gpu")
 
 
 def use(device: str) -> Runtime:

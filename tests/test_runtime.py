@@ -126,7 +126,7 @@ def test_prepare_keeps_what_the_user_set():
 _AS_ON_CUDA = """
 import sys
 from speechlens_cli import runtime
-runtime._gpu_backend.append("cuda")   # as on a CUDA build of MLX: only the variables differ
+runtime.gpu_backend = lambda: "cuda"   # as on a CUDA build of MLX: only the variables differ
 runtime.prepare()
 prepared = look()
 runtime.restore()
