@@ -107,33 +107,25 @@ def full_model_and_expected(full_checkpoint):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("strict", [False, True], ids=["standard", "strict"])
-def test_full_size_model_matches_float64_reference(full_model_and_expected, strict):
+def test_full_size_model_matches_float64_reference(full_model_and_expected, strict,
+                                                   monkeypatch):
+    """Whole, and with its BiMambas' sequences in groups of at least 16 (GROUP_BYTES=1): the
+    4,001 samples give 161 sequences one way (10 groups of 16 and one of 1) and 14 the other
+    (one group). Each group after the first is a row slice starting inside its array, which the
+    backend's kernels take as it is (on CUDA the precompiled projection kernels, which the tiny
+    model's channel counts do not reach; a full-size 16 kHz file is split from 16.4 s on). Both
+    within the full-size bound of the float64 reference; grouped within float32 rounding of
+    whole (5e-6)."""
+    from speechlens_cli.model import mamba
+
     model, x, sample_rate, expected = full_model_and_expected
     y = np.array(model.enhance(mx.array(x)[None], sample_rate, strict=strict))[0]
     assert y.shape == x.shape
     assert rel_rmse(y, expected) <= FULL_BOUND
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("strict", [False, True], ids=["standard", "strict"])
-def test_full_size_model_in_uneven_sequence_groups_matches_float64_reference(
-        full_model_and_expected, strict, monkeypatch):
-    """The full-size model with its BiMambas' sequences in groups of at least 16 (GROUP_BYTES=1):
-    the 4,001 samples give 161 sequences one way (10 groups of 16 and one of 1) and 14 the other
-    (one group). Each group after the
-    first is a row slice starting inside its array, which the backend's kernels take as it is
-    (on CUDA the precompiled projection kernels, which the tiny model's channel counts do not
-    reach). Within the full-size bound of the float64 reference, and within float32 rounding of
-    one group (5e-6). A full-size 16 kHz file is split from 16.4 s on; below that no test
-    reaches the split with the kernels the full size uses."""
-    from speechlens_cli.model import mamba
-
-    model, x, sample_rate, expected = full_model_and_expected
-    whole = np.array(model.enhance(mx.array(x)[None], sample_rate, strict=strict))[0]
     monkeypatch.setattr(mamba, "GROUP_BYTES", 1)
     grouped = np.array(model.enhance(mx.array(x)[None], sample_rate, strict=strict))[0]
     assert rel_rmse(grouped, expected) <= FULL_BOUND
-    assert rel_rmse(grouped, whole) <= 5e-6
+    assert rel_rmse(grouped, y) <= 5e-6
 
 
 @pytest.mark.parametrize("num_samples", [1, 2, 39, 40, 41, 159, 160, 161, 163, 2001])
